@@ -1,0 +1,32 @@
+"""Algorithm presets: each a short composition of a scheduler, server callbacks and an aggregator."""
+
+from __future__ import annotations
+
+from lit_asyncfl.algorithms.base import Algorithm
+from lit_asyncfl.algorithms.fedasync import FedAsync
+from lit_asyncfl.algorithms.fedavg import FedAvg
+from lit_asyncfl.algorithms.fedbuff import FedBuff
+from lit_asyncfl.algorithms.fedprox import FedProx
+
+PRESETS: dict[str, type[Algorithm]] = {
+    "fedavg": FedAvg,
+    "fedprox": FedProx,
+    "fedasync": FedAsync,
+    "fedbuff": FedBuff,
+}
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """A preset with its default hyper-parameters, by case-insensitive name.
+
+    Example:
+        >>> get_algorithm("FedBuff").name
+        'FedBuff'
+    """
+    key = name.lower()
+    if key not in PRESETS:
+        raise ValueError(f"unknown algorithm preset {name!r}; allowed: {sorted(PRESETS)}")
+    return PRESETS[key]()
+
+
+__all__ = ["PRESETS", "Algorithm", "FedAsync", "FedAvg", "FedBuff", "FedProx", "get_algorithm"]

@@ -1,0 +1,41 @@
+"""FedAsync (Xie et al., 2019)."""
+
+from __future__ import annotations
+
+from lit_asyncfl.algorithms.base import Algorithm
+from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
+from lit_asyncfl.server.aggregators import Mixing
+from lit_asyncfl.server.staleness_bound import StalenessBound
+from lit_asyncfl.server.weights import StalenessWeight
+
+
+class FedAsync(Algorithm):
+    r"""Asynchronous mixing with a staleness function.
+
+    .. math:: w_t = (1 - \alpha_t) w_{t-1} + \alpha_t w_i, \qquad \alpha_t = \alpha \, s(t - o)
+
+    Args:
+        alpha: Mixing weight :math:`\alpha \in (0, 1]`.
+        staleness: ``"constant"``, ``"polynomial"`` (:math:`(t-o+1)^{-a}`), ``"hinge"`` or ``"exponential"``.
+        a: Decay parameter of the staleness function.
+        b: Hinge point of the hinge function.
+        concurrency: Clients training at once (count, or fraction of all clients).
+        max_staleness: Discard updates staler than this (``None``: keep all).
+
+    Example:
+        >>> FedAsync(alpha=0.6, staleness="hinge", a=10, b=4).aggregator.alpha
+        0.6
+    """
+
+    def __init__(
+        self,
+        alpha: float = 0.6,
+        staleness: str = "polynomial",
+        a: float = 0.5,
+        b: float = 4.0,
+        concurrency: int | float = 0.1,
+        max_staleness: int | None = None,
+    ) -> None:
+        callbacks = [] if max_staleness is None else [StalenessBound(max_staleness)]
+        callbacks.append(StalenessWeight(staleness, a=a, b=b))
+        super().__init__(scheduler=KeepConcurrency(concurrency), aggregator=Mixing(alpha), server_callbacks=callbacks)

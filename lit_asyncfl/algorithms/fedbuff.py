@@ -1,0 +1,39 @@
+"""FedBuff (Nguyen et al., 2022)."""
+
+from __future__ import annotations
+
+from lit_asyncfl.algorithms.base import Algorithm
+from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
+from lit_asyncfl.server.aggregators import DeltaAverage
+from lit_asyncfl.server.weights import StalenessWeight
+
+
+class FedBuff(Algorithm):
+    r"""Buffered asynchronous aggregation: average ``K`` client deltas, apply with a server learning rate.
+
+    .. math:: w \leftarrow w + \eta_g \frac{1}{K} \sum_{i=1}^{K} \frac{\Delta_i}{\sqrt{1 + \tau_i}}
+
+    Args:
+        buffer_size: Number of deltas ``K`` per aggregation.
+        server_lr: Server learning rate :math:`\eta_g`.
+        staleness_weighting: Scale each delta by :math:`1/\sqrt{1+\tau}`.
+        concurrency: Clients training at once (count, or fraction of all clients).
+
+    Example:
+        >>> FedBuff(buffer_size=10).aggregator.buffer_size
+        10
+    """
+
+    def __init__(
+        self,
+        buffer_size: int = 10,
+        server_lr: float = 1.0,
+        staleness_weighting: bool = True,
+        concurrency: int | float = 0.2,
+    ) -> None:
+        callbacks = [StalenessWeight("polynomial", a=0.5)] if staleness_weighting else []
+        super().__init__(
+            scheduler=KeepConcurrency(concurrency),
+            aggregator=DeltaAverage(buffer_size=buffer_size, server_lr=server_lr),
+            server_callbacks=callbacks,
+        )

@@ -1,0 +1,23 @@
+"""FedProx (Li et al., 2020)."""
+
+from __future__ import annotations
+
+from lit_asyncfl.algorithms.fedavg import FedAvg
+from lit_asyncfl.client.callbacks import ProximalTerm
+
+
+class FedProx(FedAvg):
+    r"""FedAvg whose clients minimise :math:`F_k(w) + \frac{\mu}{2} \lVert w - w_t \rVert^2`.
+
+    Args:
+        mu: Proximal coefficient :math:`\mu \ge 0` (``mu=0`` is FedAvg).
+        clients_per_round: Fraction or count of clients per round.
+
+    Example:
+        >>> FedProx(mu=0.1).client_callbacks[0].mu
+        0.1
+    """
+
+    def __init__(self, mu: float = 0.01, clients_per_round: int | float = 0.1) -> None:
+        super().__init__(clients_per_round=clients_per_round)
+        self.client_callbacks = [ProximalTerm(mu)]

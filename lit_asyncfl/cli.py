@@ -1,0 +1,77 @@
+"""``lit-asyncfl``: the LightningCLI of the federated trainer (``fit``, ``validate``, ``test``).
+
+``FederatedTrainer`` is not a ``lightning.Trainer`` subclass (it runs a simulation, not a training loop, and needs
+none of the Trainer's 60 arguments), so this CLI adds it to the ``trainer`` group itself; ``model`` and ``data``
+are the usual LightningCLI groups. The run seed is ``trainer.seed`` and seeds model construction too.
+
+Example::
+
+    lit-asyncfl fit --config configs/quickstart.yaml --trainer.algorithm.init_args.alpha=0.5
+    lit-asyncfl fit --config configs/quickstart.yaml --print_config
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.fabric.utilities.seed import seed_everything
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+import lit_asyncfl.algorithms
+import lit_asyncfl.data
+import lit_asyncfl.devices
+import lit_asyncfl.models  # noqa: F401  (registers short class names for --model=LeNet5 etc.)
+from lit_asyncfl.trainer import FederatedTrainer
+
+
+class FederatedCLI(LightningCLI):
+    """LightningCLI whose ``trainer`` group is :class:`~lit_asyncfl.FederatedTrainer`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("trainer_class", FederatedTrainer)  # type: ignore[arg-type]
+        kwargs.setdefault("save_config_callback", None)  # the trainer writes config.yaml into its log dir
+        kwargs.setdefault("auto_configure_optimizers", False)  # clients call the module's configure_optimizers
+        super().__init__(*args, **kwargs)
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {"fit": {"model", "datamodule"}, "validate": {"model", "datamodule"}, "test": {"model", "datamodule"}}
+
+    def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """No ``--seed_everything``: ``--trainer.seed`` seeds the whole run."""
+
+    def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_class_arguments(
+            self.trainer_class, "trainer", fail_untyped=False, instantiate=False, sub_configs=True
+        )
+        parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
+        parser.add_lightning_class_args(
+            self._datamodule_class, "data", subclass_mode=self.subclass_mode_data, required=False
+        )
+
+    def _parse_ckpt_path(self) -> None:
+        """Checkpoints hold a simulation, not model hyper-parameters: nothing to merge into the config."""
+
+    def _set_seed(self) -> None:
+        trainer = self._get(self.config, "trainer")
+        seed_everything(int(trainer.get("seed", 0)) if trainer is not None else 0, verbose=False)
+
+    def instantiate_trainer(self, **kwargs: Any) -> Any:
+        config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        trainer = self.trainer_class(**config)
+        self._dump_config()
+        trainer.run_config = self.config_dump
+        return trainer
+
+
+def main(args: list[str] | None = None) -> int:
+    """Entry point of ``lit-asyncfl`` (``args`` instead of ``sys.argv`` lets Python code call it); returns 0.
+
+    Use :class:`FederatedCLI` directly to keep the parsed objects (``cli.trainer``, ``cli.model``).
+    """
+    FederatedCLI(args=args)
+    return 0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Client callbacks: hooks into local training (FedProx's proximal term, FedASMU's fresh-model merge, ...)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from lit_asyncfl.client.trainer import LocalTrainer
+    from lit_asyncfl.core.update import ClientJob, ClientUpdate
+
+
+class ClientCallback:
+    """Base class of client callbacks; every hook does nothing by default.
+
+    One instance serves every client (the local trainer is shared): keep per-client state in containers indexed
+    by ``job.client`` and return it from :meth:`state_dict` so checkpoints carry it.
+    """
+
+    @property
+    def state_key(self) -> str:
+        """Key of this callback's state in a checkpoint."""
+        return type(self).__qualname__
+
+    def on_fit_start(self, num_clients: int) -> None:
+        """Called when a run starts: reset per-run state."""
+
+    def on_train_start(self, trainer: LocalTrainer, job: ClientJob, start_weights: Tensor) -> None:
+        """Called after the start model is loaded, before the first local step."""
+
+    def on_after_backward(self, trainer: LocalTrainer, job: ClientJob) -> None:
+        """Called after ``loss.backward()`` and before ``optimizer.step()``: gradients can be modified."""
+
+    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
+        """Called with the finished update before it is uploaded."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Checkpointable state."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state produced by :meth:`state_dict`."""
+
+
+class ProximalTerm(ClientCallback):
+    r"""FedProx's proximal term :math:`\frac{\mu}{2} \lVert w - w_g \rVert^2` added to the local objective.
+
+    Implemented on the gradient (``grad += mu * (w - w_g)``), which is exactly the gradient of the term and costs
+    one fused operation per step.
+
+    Args:
+        mu: Proximal coefficient :math:`\mu \ge 0`.
+
+    Example:
+        >>> ProximalTerm(mu=0.01).mu
+        0.01
+    """
+
+    def __init__(self, mu: float = 0.01) -> None:
+        if mu < 0:
+            raise ValueError(f"FedProx mu must be >= 0, got {mu}")
+        self.mu = mu
+        self._anchors: list[Tensor] = []
+
+    def on_train_start(self, trainer: LocalTrainer, job: ClientJob, start_weights: Tensor) -> None:
+        self._anchors = trainer.flat.param_views(start_weights)
+
+    def on_after_backward(self, trainer: LocalTrainer, job: ClientJob) -> None:
+        if self.mu == 0:
+            return
+        pairs = [(p, a) for p, a in zip(trainer.flat.params, self._anchors) if p.grad is not None]
+        if pairs:
+            params, anchors = zip(*pairs)
+            grads = [p.grad for p in params]
+            torch._foreach_add_(grads, torch._foreach_sub(params, anchors), alpha=self.mu)

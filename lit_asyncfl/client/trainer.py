@@ -1,0 +1,167 @@
+"""The fast local trainer: a minimal loop over the user's ``LightningModule``."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.core.flat import FlatParameters
+from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.data.shards import ClientShards, DatasetShards
+
+
+def _no_log(*args: Any, **kwargs: Any) -> None:
+    """Stands in for ``LightningModule.log`` during local training (there is no Trainer to log to)."""
+
+
+def parse_optimizers(config: Any) -> tuple[Optimizer, list[tuple[Any, str]]]:
+    """Read what ``configure_optimizers`` returned: one optimizer and its schedulers with their interval.
+
+    Accepts an optimizer, a one-element list/tuple, ``([optimizer], [schedulers])`` and the dict form
+    ``{"optimizer": ..., "lr_scheduler": ...}``.
+    """
+    schedulers: list[Any] = []
+    if isinstance(config, dict):
+        optimizers, schedulers = [config["optimizer"]], config.get("lr_scheduler", [])
+        schedulers = schedulers if isinstance(schedulers, (list, tuple)) else [schedulers]
+    elif isinstance(config, Optimizer):
+        optimizers = [config]
+    elif isinstance(config, (list, tuple)) and len(config) == 2 and isinstance(config[0], (list, tuple)):
+        optimizers, schedulers = list(config[0]), list(config[1])
+    elif isinstance(config, (list, tuple)):
+        optimizers = list(config)
+    else:
+        raise TypeError(f"configure_optimizers returned {type(config).__name__}; expected an optimizer")
+    if len(optimizers) != 1 or not isinstance(optimizers[0], Optimizer):
+        raise ValueError(f"the fast local trainer supports exactly one optimizer, got {len(optimizers)}")
+    parsed = []
+    for sched in schedulers:
+        if isinstance(sched, dict):
+            parsed.append((sched["scheduler"], sched.get("interval", "epoch")))
+        else:
+            parsed.append((sched, "epoch"))
+    return optimizers[0], parsed
+
+
+class LocalTrainer:
+    """Runs a client's local epochs on one reused copy of the user's module ("fast" engine).
+
+    Per job: load the start weights with one copy, seed the job's randomness, build a fresh optimizer with the
+    module's ``configure_optimizers``, and for each batch call the module's ``training_step``, ``backward``, the
+    client callbacks' ``on_after_backward`` and ``optimizer.step``. Schedulers step per epoch or per step as
+    configured. ``self.log`` calls in ``training_step`` are ignored; ``self.trainer`` is not available (modules that
+    need a full ``lightning.Trainer`` are out of scope of this engine).
+
+    Args:
+        module: The user's module; a private deep copy is trained.
+        shards: The clients' data.
+        batch_size: Local mini-batch size.
+        callbacks: Client callbacks.
+        device: Training device.
+    """
+
+    def __init__(
+        self,
+        module: L.LightningModule,
+        shards: ClientShards | DatasetShards,
+        batch_size: int,
+        callbacks: Sequence[ClientCallback] = (),
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if not module.automatic_optimization:
+            raise ValueError(
+                f"{type(module).__name__} uses manual optimization, which the fast local trainer does not run; "
+                "use automatic optimization (training_step returns the loss)"
+            )
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.module = copy.deepcopy(module).to(device)
+        self.module.log = _no_log  # type: ignore[method-assign]
+        self.module.log_dict = _no_log  # type: ignore[method-assign]
+        self.flat = FlatParameters(self.module)
+        self.shards = shards
+        self.batch_size = batch_size
+        self.callbacks = list(callbacks)
+        self.device = torch.device(device)
+
+    def train(self, job: ClientJob, start_weights: Tensor) -> ClientUpdate:
+        """Run ``job.local_epochs`` epochs from ``start_weights`` and return the update."""
+        module = self.module
+        self.flat.load(start_weights)
+        module.train()
+        # Seed only the generators this job can touch: torch.manual_seed would also walk every lazy
+        # accelerator backend (milliseconds per call, more than a small local training).
+        torch.default_generator.manual_seed(job.seed)
+        if self.device.type == "cuda":
+            torch.cuda.manual_seed(job.seed)
+        generator = torch.Generator().manual_seed(job.seed)
+        optimizer, schedulers = parse_optimizers(module.configure_optimizers())
+        for cb in self.callbacks:
+            cb.on_train_start(self, job, start_weights)
+        loss_sum = torch.zeros((), device=self.device)
+        steps = 0
+        for _ in range(job.local_epochs):
+            for batch_idx, batch in enumerate(self.shards.batches(job.client, self.batch_size, generator)):
+                out = module.training_step(batch, batch_idx)
+                loss = out["loss"] if isinstance(out, dict) else out
+                if loss is None:  # Lightning semantics: skip this batch
+                    continue
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                for cb in self.callbacks:
+                    cb.on_after_backward(self, job)
+                optimizer.step()
+                loss_sum += loss.detach()
+                steps += 1
+                for sched, interval in schedulers:
+                    if interval == "step":
+                        sched.step()
+            for sched, interval in schedulers:
+                if interval == "epoch":
+                    sched.step()
+        update = ClientUpdate(
+            job=job,
+            weights=self.flat.read(),
+            base_weights=start_weights,
+            num_samples=self.shards.num_samples(job.client),
+            num_steps=steps,
+            train_loss=float(loss_sum) / steps if steps else float("nan"),
+        )
+        for cb in self.callbacks:
+            cb.on_train_end(self, job, update)
+        return update
+
+
+class SequentialExecutor:
+    """Computes each job when its update is needed, one after the other, with a :class:`LocalTrainer`.
+
+    Executors decouple *when* an update is computed from *when* it is consumed: the simulator submits a job at
+    dispatch and asks for its update at the arrival event, in virtual-time order.
+
+    Args:
+        trainer: The local trainer.
+    """
+
+    def __init__(self, trainer: LocalTrainer) -> None:
+        self.trainer = trainer
+        self._pending: dict[int, tuple[ClientJob, Tensor]] = {}
+
+    def submit(self, job: ClientJob, start_weights: Tensor) -> None:
+        """Register a dispatched job."""
+        self._pending[job.job_id] = (job, start_weights)
+
+    def cancel(self, job_id: int) -> None:
+        """Forget a job whose update will never be consumed."""
+        self._pending.pop(job_id, None)
+
+    def result(self, job_id: int) -> ClientUpdate:
+        """Compute (if needed) and return the update of a job."""
+        job, start = self._pending.pop(job_id)
+        return self.trainer.train(job, start)

@@ -1,0 +1,164 @@
+"""The server: the global model, its version, and the path an arriving update takes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lit_asyncfl.core.update import ClientUpdate
+from lit_asyncfl.server.aggregators import Aggregator
+from lit_asyncfl.server.base import ServerCallback
+
+
+@dataclass
+class ServerStats:
+    """Counters of one run.
+
+    Args:
+        received: Updates that reached the server.
+        aggregated: Updates that went into a new global version.
+        discarded: Updates dropped for staleness (by a callback whose ``rejection_kind`` is ``"discarded"``).
+        rejected: Invalid updates (non-finite, mis-shaped, or refused by a callback).
+        reasons: Count per rejection or discard reason.
+        staleness_sum: Sum of the staleness of received updates.
+        staleness_max: Largest staleness received.
+        bytes_up: Bytes uploaded by clients.
+        bytes_down: Bytes downloaded by clients.
+    """
+
+    received: int = 0
+    aggregated: int = 0
+    discarded: int = 0
+    rejected: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    staleness_sum: int = 0
+    staleness_max: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
+
+    @property
+    def staleness_mean(self) -> float:
+        """Mean staleness of received updates (0 when none)."""
+        return self.staleness_sum / self.received if self.received else 0.0
+
+
+class Server:
+    """Holds the global weights ``w_t`` and version ``t``; applies callbacks and the aggregator to updates.
+
+    Global weight tensors are never modified in place: each aggregation makes a new tensor, so a client's
+    ``base_weights`` can share the tensor that was global when it was dispatched.
+
+    Args:
+        weights: Initial global weights (flat).
+        aggregator: How buffered updates become the next model.
+        callbacks: Ordered server callbacks.
+        num_clients: Number of clients in the federation.
+    """
+
+    def __init__(
+        self,
+        weights: Tensor,
+        aggregator: Aggregator,
+        callbacks: list[ServerCallback],
+        num_clients: int,
+    ) -> None:
+        keys = Counter(cb.state_key for cb in callbacks)
+        duplicated = [k for k, n in keys.items() if n > 1]
+        if duplicated:
+            raise ValueError(f"server callbacks need distinct state_key values; duplicated: {duplicated}")
+        self.weights = weights
+        self.version = 0
+        self.now = 0.0
+        self.aggregator = aggregator
+        self.callbacks = callbacks
+        self.num_clients = num_clients
+        self.stats = ServerStats()
+
+    def on_fit_start(self) -> None:
+        """Reset the aggregator and callbacks for a new run."""
+        self.aggregator.on_fit_start(self)
+        for cb in self.callbacks:
+            cb.on_fit_start(self)
+
+    def invalid_reason(self, update: ClientUpdate) -> str | None:
+        """``"shape"`` or ``"non_finite"`` when the update cannot be aggregated safely, else ``None``."""
+        w = update.weights
+        if w.shape != self.weights.shape or w.dtype != self.weights.dtype:
+            return "shape"
+        if not bool(torch.isfinite(w).all()):
+            return "non_finite"
+        return None
+
+    def receive(self, update: ClientUpdate) -> bool:
+        """Process one arriving update; return whether the global model moved to a new version."""
+        stats = self.stats
+        update.staleness = self.version - update.base_version
+        stats.received += 1
+        stats.staleness_sum += update.staleness
+        stats.staleness_max = max(stats.staleness_max, update.staleness)
+        stats.bytes_up += update.weights.numel() * update.weights.element_size()
+
+        reason, kind = self.invalid_reason(update), "rejected"
+        for cb in self.callbacks:
+            if reason is not None:
+                break
+            reason, kind = cb.reject_update(self, update), cb.rejection_kind
+        if reason is not None:
+            setattr(stats, kind, getattr(stats, kind) + 1)
+            stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
+            return False
+
+        for cb in self.callbacks:
+            update = cb.transform_update(self, update)
+        weight = 1.0
+        for cb in self.callbacks:
+            weight = cb.weight_update(self, update, weight)
+        self.aggregator.add(self, update, weight)
+        return self.flush() if self.aggregator.ready() else False
+
+    def flush(self) -> bool:
+        """Aggregate whatever is buffered; return whether a new version was made."""
+        if not self.aggregator.buffer:
+            return False
+        updates = [u for u, _ in self.aggregator.buffer]
+        new_weights = self.aggregator.aggregate(self)
+        self.aggregator.buffer = []
+        if not bool(torch.isfinite(new_weights).all()):
+            # A transform or weight produced a non-finite model: keep the current one, count the updates.
+            self.stats.rejected += len(updates)
+            self.stats.reasons["non_finite_aggregate"] = self.stats.reasons.get("non_finite_aggregate", 0) + len(
+                updates
+            )
+            return False
+        self.weights = new_weights
+        self.version += 1
+        self.stats.aggregated += len(updates)
+        for cb in self.callbacks:
+            cb.on_aggregated(self, updates)
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Global weights, version, counters, aggregator and callback states."""
+        return {
+            "weights": self.weights,
+            "version": self.version,
+            "now": self.now,
+            "stats": asdict(self.stats),
+            "aggregator": self.aggregator.state_dict(),
+            "callbacks": {cb.state_key: cb.state_dict() for cb in self.callbacks},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state produced by :meth:`state_dict`."""
+        self.weights = state["weights"]
+        self.version = int(state["version"])
+        self.now = float(state["now"])
+        self.stats = ServerStats(**state["stats"])
+        self.aggregator.load_state_dict(state["aggregator"])
+        for cb in self.callbacks:
+            if cb.state_key in state["callbacks"]:
+                cb.load_state_dict(state["callbacks"][cb.state_key])

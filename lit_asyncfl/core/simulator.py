@@ -1,0 +1,232 @@
+"""The event loop: dispatches, arrivals and triggers processed in virtual-time order."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.core.clock import Event, EventQueue
+from lit_asyncfl.core.seeding import derive_seed
+from lit_asyncfl.core.server import Server
+from lit_asyncfl.core.update import ClientJob
+from lit_asyncfl.devices import DeviceModel, DeviceProfiles
+from lit_asyncfl.schedulers.base import Scheduler
+
+
+class Simulator:
+    """Runs one federated simulation on a virtual clock.
+
+    The simulator owns the event queue, which clients are training, and the start models of in-flight jobs.
+    Schedulers call :meth:`dispatch`, :meth:`sample_idle`, :meth:`schedule` and :meth:`flush`. Local training is
+    delegated to an executor (``submit`` at dispatch, ``result`` at the arrival event), so the order in which
+    updates are *computed* never changes the order in which they are *consumed*.
+
+    Args:
+        server: The server holding the global model.
+        scheduler: When and whom to dispatch.
+        executor: Computes client updates (``submit``/``result``/``cancel``).
+        device_model: Simulated device durations.
+        num_samples: Number of training samples of each client.
+        local_epochs: Local epochs ``E`` per job.
+        seed: Run seed (device profiles, client choice, per-job seeds).
+        model_bytes: Bytes of one model transfer.
+        client_callbacks: Client callbacks (their state is checkpointed with the simulation).
+    """
+
+    def __init__(
+        self,
+        server: Server,
+        scheduler: Scheduler,
+        executor: Any,
+        device_model: DeviceModel,
+        num_samples: Sequence[int],
+        local_epochs: int,
+        seed: int,
+        model_bytes: int,
+        client_callbacks: Sequence[ClientCallback] = (),
+    ) -> None:
+        self.server = server
+        self.scheduler = scheduler
+        self.executor = executor
+        self.device_model = device_model
+        self.num_clients = len(num_samples)
+        self.num_samples = np.asarray(num_samples, dtype=np.int64)
+        self.local_epochs = local_epochs
+        self.seed = seed
+        self.model_bytes = model_bytes
+        self.client_callbacks = list(client_callbacks)
+        self.profiles: DeviceProfiles = device_model.sample_profiles(
+            self.num_clients, np.random.default_rng([seed, 0xDE71CE])
+        )
+        self.rng = np.random.default_rng([seed, 0x5C4ED])
+        self.queue = EventQueue()
+        self.busy = np.zeros(self.num_clients, dtype=bool)
+        self.in_flight: dict[int, ClientJob] = {}
+        self.snapshots: dict[int, Tensor] = {}
+        self._snapshot_refs: Counter[int] = Counter()
+        self.next_job_id = 0
+        self.events_processed = 0
+        self.on_new_version: Callable[[], None] | None = None
+
+    # -- time and state seen by schedulers -------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        """Current virtual time."""
+        return self.server.now
+
+    @property
+    def num_training(self) -> int:
+        """Number of clients currently training."""
+        return len(self.in_flight)
+
+    def sample_idle(self, k: int) -> np.ndarray:
+        """Up to ``k`` distinct idle clients drawn uniformly at random."""
+        if k <= 0:
+            return np.empty(0, dtype=np.int64)
+        idle = np.flatnonzero(~self.busy)
+        if len(idle) <= k:
+            return idle
+        return np.sort(self.rng.choice(idle, size=k, replace=False))
+
+    def schedule(self, time: float, kind: str, **data: Any) -> Event:
+        """Put a scheduler event on the clock."""
+        return self.queue.push(time, kind, **data)
+
+    def dispatch(self, client: int) -> ClientJob:
+        """Send the current global model to an idle client and schedule its arrival."""
+        client = int(client)
+        if self.busy[client]:
+            raise RuntimeError(f"client {client} is already training")
+        job_id = self.next_job_id
+        self.next_job_id += 1
+        work = int(self.num_samples[client]) * self.local_epochs
+        timing = self.device_model.job_timing(self.profiles, client, work, self.model_bytes, self.rng)
+        job = ClientJob(
+            job_id=job_id,
+            client=client,
+            base_version=self.server.version,
+            dispatch_time=self.now,
+            timing=timing,
+            seed=derive_seed(self.seed, client, job_id),
+            local_epochs=self.local_epochs,
+        )
+        self.busy[client] = True
+        self.in_flight[job_id] = job
+        self._hold_snapshot(job.base_version, self.server.weights)
+        self.server.stats.bytes_down += self.model_bytes
+        self.executor.submit(job, self.snapshots[job.base_version])
+        self.queue.push(job.arrival_time, "arrival", job_id=job_id)
+        return job
+
+    def flush(self) -> bool:
+        """Aggregate what the server has buffered (synchronous round end)."""
+        aggregated = self.server.flush()
+        if aggregated and self.on_new_version is not None:
+            self.on_new_version()
+        return aggregated
+
+    # -- the loop -------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Reset the server and callbacks and make the first dispatches."""
+        self.server.on_fit_start()
+        for cb in self.client_callbacks:
+            cb.on_fit_start(self.num_clients)
+        self.scheduler.on_fit_start(self)
+
+    def run(
+        self,
+        max_virtual_time: float | None = None,
+        max_versions: int | None = None,
+        after_event: Callable[[], bool] | None = None,
+    ) -> None:
+        """Process events in (virtual time, sequence) order until a budget is reached or the queue is empty.
+
+        Args:
+            max_virtual_time: Process events up to and including this virtual time.
+            max_versions: Stop once the global version reaches this number.
+            after_event: Called after each event; returning ``True`` stops the loop.
+        """
+        while self.queue:
+            if max_versions is not None and self.server.version >= max_versions:
+                break
+            head = self.queue.peek()
+            assert head is not None
+            if max_virtual_time is not None and head.time > max_virtual_time:
+                break
+            self.step()
+            if after_event is not None and after_event():
+                break
+
+    def step(self) -> None:
+        """Process the next event."""
+        event = self.queue.pop()
+        self.server.now = event.time
+        if event.kind == "arrival":
+            self._arrival(event.data["job_id"])
+        else:
+            self.scheduler.on_event(self, event)
+        self.events_processed += 1
+
+    def _arrival(self, job_id: int) -> None:
+        job = self.in_flight.pop(job_id)
+        update = self.executor.result(job_id)
+        self.busy[job.client] = False
+        self._release_snapshot(job.base_version)
+        aggregated = self.server.receive(update)
+        if aggregated and self.on_new_version is not None:
+            self.on_new_version()
+        self.scheduler.on_update(self, job, aggregated)
+
+    def _hold_snapshot(self, version: int, weights: Tensor) -> None:
+        self.snapshots.setdefault(version, weights)
+        self._snapshot_refs[version] += 1
+
+    def _release_snapshot(self, version: int) -> None:
+        self._snapshot_refs[version] -= 1
+        if self._snapshot_refs[version] <= 0:
+            del self._snapshot_refs[version]
+            del self.snapshots[version]
+
+    # -- checkpoints ----------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue the simulation exactly (plain values and tensors only)."""
+        return {
+            "server": self.server.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "client_callbacks": {cb.state_key: cb.state_dict() for cb in self.client_callbacks},
+            "queue": self.queue.state_dict(),
+            "busy": torch.from_numpy(self.busy.copy()),
+            "in_flight": [job.state_dict() for job in self.in_flight.values()],
+            "snapshots": dict(self.snapshots),
+            "rng": self.rng.bit_generator.state,
+            "next_job_id": self.next_job_id,
+            "events_processed": self.events_processed,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state produced by :meth:`state_dict` (after :meth:`start` was *not* called)."""
+        self.server.on_fit_start()
+        for cb in self.client_callbacks:
+            cb.on_fit_start(self.num_clients)
+        self.server.load_state_dict(state["server"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        for cb in self.client_callbacks:
+            if cb.state_key in state["client_callbacks"]:
+                cb.load_state_dict(state["client_callbacks"][cb.state_key])
+        self.queue.load_state_dict(state["queue"])
+        self.busy = state["busy"].numpy().copy()
+        self.rng.bit_generator.state = state["rng"]
+        self.next_job_id = int(state["next_job_id"])
+        self.events_processed = int(state["events_processed"])
+        self.in_flight, self.snapshots, self._snapshot_refs = {}, {}, Counter()
+        for job_state in sorted(state["in_flight"], key=lambda s: s["job_id"]):
+            job = ClientJob.from_state_dict(job_state)
+            self.in_flight[job.job_id] = job
+            self._hold_snapshot(job.base_version, state["snapshots"][job.base_version])
+            self.executor.submit(job, self.snapshots[job.base_version])

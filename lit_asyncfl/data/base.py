@@ -1,0 +1,137 @@
+"""Federated data modules: a ``LightningDataModule`` whose training set a partitioner splits into clients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from lit_asyncfl.data.partition import Partitioner, resolve_partitioner
+from lit_asyncfl.data.shards import ClientShards, DatasetShards, dataset_targets, dataset_tensors
+
+
+class FederatedDataModule(L.LightningDataModule):
+    """Base class: subclasses set ``train_set``, ``test_set`` and optionally ``val_set`` in :meth:`setup`.
+
+    Validation (the accuracy curve during ``fit``) uses ``val_set`` when there is one, else the test split, as the
+    papers report test accuracy over time.
+
+    Args:
+        partition: ``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"`` or a
+            :class:`~lit_asyncfl.data.partition.Partitioner`.
+        alpha: Dirichlet concentration (used when ``partition="dirichlet"``).
+        batch_size: Local mini-batch size of clients.
+        eval_batch_size: Batch size of global evaluation.
+    """
+
+    def __init__(
+        self,
+        partition: str | Partitioner = "iid",
+        alpha: float = 0.5,
+        batch_size: int = 10,
+        eval_batch_size: int = 512,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if eval_batch_size < 1:
+            raise ValueError(f"eval_batch_size must be >= 1, got {eval_batch_size}")
+        self.partitioner = resolve_partitioner(partition, alpha)
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.train_set: Dataset | None = None
+        self.val_set: Dataset | None = None
+        self.test_set: Dataset | None = None
+
+    def _require(self, name: str) -> Dataset:
+        dataset = getattr(self, name)
+        if dataset is None:
+            raise RuntimeError(f"{type(self).__name__}.{name} is not set: call setup() first")
+        return dataset
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self._require("train_set"), batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        dataset = self.val_set if self.val_set is not None else self._require("test_set")
+        return DataLoader(dataset, batch_size=self.eval_batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self._require("test_set"), batch_size=self.eval_batch_size)
+
+    def client_shards(
+        self, num_clients: int, seed: int, device: torch.device | str = "cpu"
+    ) -> ClientShards | DatasetShards:
+        """Split the training set among ``num_clients`` clients with the partitioner, seeded by ``seed``."""
+        train = self._require("train_set")
+        return split_dataset(train, self.partitioner, num_clients, seed, device)
+
+
+def split_dataset(
+    dataset: Dataset,
+    partitioner: Partitioner,
+    num_clients: int,
+    seed: int,
+    device: torch.device | str = "cpu",
+    collate_fn: Any = None,
+) -> ClientShards | DatasetShards:
+    """Partition ``dataset`` and keep it resident as tensors when it fits, else behind a ``DataLoader``."""
+    rng = np.random.default_rng([seed, 0x9A27])  # a stream of its own: the split does not move other draws
+    tensors = dataset_tensors(dataset)
+    targets = tensors[1].cpu().numpy() if tensors is not None else dataset_targets(dataset)
+    indices = partitioner(targets, num_clients, rng)
+    if tensors is not None:
+        return ClientShards(tensors[0], tensors[1], indices, device)
+    return DatasetShards(dataset, indices, device, collate_fn)
+
+
+class PartitionedDataModule(FederatedDataModule):
+    """Make any ``LightningDataModule`` federated: its training set is split among clients by a partitioner.
+
+    Args:
+        datamodule: The user's data module (its ``train_dataloader().dataset`` is partitioned; its validation and
+            test loaders are used as they are).
+        partition: See :class:`FederatedDataModule`.
+        alpha: Dirichlet concentration.
+
+    Example:
+        >>> from torch.utils.data import TensorDataset
+        >>> class Tiny(L.LightningDataModule):
+        ...     def train_dataloader(self):
+        ...         return DataLoader(TensorDataset(torch.randn(20, 3), torch.arange(20) % 2), batch_size=4)
+        >>> dm = PartitionedDataModule(Tiny(), partition="iid")
+        >>> dm.setup("fit")
+        >>> dm.client_shards(num_clients=4, seed=0).num_samples(0)
+        5
+    """
+
+    def __init__(self, datamodule: L.LightningDataModule, partition: str | Partitioner = "iid", alpha: float = 0.5):
+        super().__init__(partition=partition, alpha=alpha)
+        self.datamodule = datamodule
+        self._train_loader: DataLoader | None = None
+
+    def prepare_data(self) -> None:
+        self.datamodule.prepare_data()
+
+    def setup(self, stage: str) -> None:
+        self.datamodule.setup(stage)
+        if stage == "fit":
+            self._train_loader = self.datamodule.train_dataloader()
+            self.train_set = self._train_loader.dataset
+            self.batch_size = self._train_loader.batch_size or self.batch_size
+
+    def val_dataloader(self) -> Any:
+        return self.datamodule.val_dataloader()
+
+    def test_dataloader(self) -> Any:
+        return self.datamodule.test_dataloader()
+
+    def client_shards(
+        self, num_clients: int, seed: int, device: torch.device | str = "cpu"
+    ) -> ClientShards | DatasetShards:
+        train = self._require("train_set")
+        collate = self._train_loader.collate_fn if self._train_loader is not None else None
+        return split_dataset(train, self.partitioner, num_clients, seed, device, collate)

@@ -1,0 +1,183 @@
+"""Partitioners: split a training set's sample indices among clients.
+
+Every partitioner is a callable ``(targets, num_clients, rng) -> list of index arrays`` that assigns every
+sample to exactly one client and leaves no client empty.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Partitioner:
+    """Base class of partitioners."""
+
+    def __call__(self, targets: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        targets = np.asarray(targets)
+        if num_clients < 1:
+            raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+        if num_clients > len(targets):
+            raise ValueError(
+                f"cannot split {len(targets)} training samples among {num_clients} clients: "
+                f"num_clients must be <= {len(targets)}"
+            )
+        parts = self.split(targets, num_clients, rng)
+        return [np.sort(p).astype(np.int64) for p in parts]
+
+    def split(self, targets: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """Return one index array per client (validated inputs)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+
+def _fill_empty(parts: list[np.ndarray], min_samples: int) -> list[np.ndarray]:
+    """Move samples from the largest clients to clients holding fewer than ``min_samples`` (deterministic)."""
+    parts = [list(p) for p in parts]
+    sizes = np.array([len(p) for p in parts])
+    for small in np.flatnonzero(sizes < min_samples):
+        while len(parts[small]) < min_samples:
+            donor = int(np.argmax([len(p) for p in parts]))
+            parts[small].append(parts[donor].pop())
+    return [np.asarray(p, dtype=np.int64) for p in parts]
+
+
+class IID(Partitioner):
+    """Uniformly random, (almost) equal-sized shards.
+
+    Example:
+        >>> parts = IID()(np.zeros(10), 3, np.random.default_rng(0))
+        >>> [len(p) for p in parts]
+        [4, 3, 3]
+    """
+
+    def split(self, targets: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        return np.array_split(rng.permutation(len(targets)), num_clients)
+
+
+class Dirichlet(Partitioner):
+    r"""Label skew: for each class, client proportions :math:`p \sim \mathrm{Dir}(\alpha \mathbf{1})`.
+
+    Smaller ``alpha`` gives more skewed clients. Clients left with fewer than ``min_samples`` samples receive
+    samples taken from the largest clients, so that no client is empty.
+
+    Args:
+        alpha: Concentration :math:`\alpha > 0`.
+        min_samples: Smallest number of samples per client (>= 1).
+
+    Example:
+        >>> targets = np.repeat(np.arange(10), 50)
+        >>> parts = Dirichlet(alpha=0.1)(targets, 20, np.random.default_rng(0))
+        >>> sum(len(p) for p in parts), min(len(p) for p in parts) >= 1
+        (500, True)
+    """
+
+    def __init__(self, alpha: float = 0.5, min_samples: int = 1) -> None:
+        if not alpha > 0:
+            raise ValueError(f"Dirichlet alpha must be > 0, got {alpha}")
+        if min_samples < 1:
+            raise ValueError(f"min_samples must be >= 1, got {min_samples}")
+        self.alpha = alpha
+        self.min_samples = min_samples
+
+    def split(self, targets: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        if num_clients * self.min_samples > len(targets):
+            raise ValueError(
+                f"min_samples={self.min_samples} x num_clients={num_clients} exceeds the {len(targets)} samples"
+            )
+        parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        for label in np.unique(targets):
+            members = rng.permutation(np.flatnonzero(targets == label))
+            proportions = rng.dirichlet(np.full(num_clients, self.alpha))
+            cuts = (np.cumsum(proportions)[:-1] * len(members)).astype(np.int64)
+            for client, chunk in enumerate(np.split(members, cuts)):
+                parts[client].append(chunk)
+        merged = [np.concatenate(p) if p else np.empty(0, np.int64) for p in parts]
+        return _fill_empty(merged, self.min_samples)
+
+
+class Shards(Partitioner):
+    """Pathological non-IID split of McMahan et al.: sort by label, cut into shards, give each client a few.
+
+    Args:
+        shards_per_client: Number of label-sorted shards per client.
+
+    Example:
+        >>> parts = Shards(2)(np.repeat(np.arange(5), 4), 5, np.random.default_rng(0))
+        >>> sorted(len(p) for p in parts)
+        [4, 4, 4, 4, 4]
+    """
+
+    def __init__(self, shards_per_client: int = 2) -> None:
+        if shards_per_client < 1:
+            raise ValueError(f"shards_per_client must be >= 1, got {shards_per_client}")
+        self.shards_per_client = shards_per_client
+
+    def split(self, targets: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        num_shards = num_clients * self.shards_per_client
+        if num_shards > len(targets):
+            raise ValueError(
+                f"{num_clients} clients x {self.shards_per_client} shards_per_client = {num_shards} shards, "
+                f"more than the {len(targets)} samples"
+            )
+        shuffled = rng.permutation(len(targets))
+        by_label = shuffled[np.argsort(targets[shuffled], kind="stable")]
+        shards = np.array_split(by_label, num_shards)
+        order = rng.permutation(num_shards).reshape(num_clients, self.shards_per_client)
+        return [np.concatenate([shards[s] for s in row]) for row in order]
+
+
+class QuantitySkew(Partitioner):
+    r"""IID contents, Gaussian sizes :math:`n_i \sim \mathcal{N}(\mu, a \mu)` with :math:`\mu = n / N`.
+
+    Sizes are clipped at 1 and rescaled to add up to the number of samples.
+
+    Args:
+        a: Relative standard deviation ``a`` (ASFL uses 0.2, 0.3, 0.4).
+
+    Example:
+        >>> parts = QuantitySkew(a=0.3)(np.zeros(1000), 10, np.random.default_rng(0))
+        >>> sum(len(p) for p in parts)
+        1000
+    """
+
+    def __init__(self, a: float = 0.3) -> None:
+        if not a >= 0:
+            raise ValueError(f"quantity skew a must be >= 0, got {a}")
+        self.a = a
+
+    def split(self, targets: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+        n = len(targets)
+        mu = n / num_clients
+        raw = np.clip(rng.normal(mu, self.a * mu, size=num_clients), 1.0, None)
+        exact = raw / raw.sum() * n
+        sizes = np.maximum(np.floor(exact).astype(np.int64), 1)
+        while sizes.sum() < n:  # hand out the remainder by largest fractional part
+            sizes[int(np.argmax(exact - sizes))] += 1
+        while sizes.sum() > n:  # clipping at 1 overshot: take from the largest
+            sizes[int(np.argmax(sizes))] -= 1
+        return np.split(rng.permutation(n), np.cumsum(sizes)[:-1])
+
+
+PARTITIONERS: dict[str, type[Partitioner]] = {
+    "iid": IID,
+    "dirichlet": Dirichlet,
+    "shards": Shards,
+    "quantity": QuantitySkew,
+}
+
+
+def resolve_partitioner(partition: str | Partitioner, alpha: float = 0.5) -> Partitioner:
+    """Turn a name (``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"``) or an instance into a partitioner.
+
+    Example:
+        >>> resolve_partitioner("dirichlet", alpha=0.1)
+        Dirichlet(alpha=0.1, min_samples=1)
+    """
+    if isinstance(partition, Partitioner):
+        return partition
+    if partition not in PARTITIONERS:
+        raise ValueError(f"unknown partition {partition!r}; allowed: {sorted(PARTITIONERS)} or a Partitioner")
+    return Dirichlet(alpha) if partition == "dirichlet" else PARTITIONERS[partition]()

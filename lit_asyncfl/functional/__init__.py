@@ -1,0 +1,22 @@
+"""Pure functions: every formula of the library lives here once, and algorithms compose them."""
+
+from lit_asyncfl.functional.aggregation import mix, weighted_average
+from lit_asyncfl.functional.staleness import (
+    STALENESS_FUNCTIONS,
+    constant_staleness,
+    exponential_staleness,
+    hinge_staleness,
+    polynomial_staleness,
+    staleness_weight,
+)
+
+__all__ = [
+    "STALENESS_FUNCTIONS",
+    "constant_staleness",
+    "exponential_staleness",
+    "hinge_staleness",
+    "mix",
+    "polynomial_staleness",
+    "staleness_weight",
+    "weighted_average",
+]

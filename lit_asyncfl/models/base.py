@@ -1,0 +1,64 @@
+"""A small classification ``LightningModule`` base shared by the bundled models."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics.functional.classification import multiclass_accuracy
+
+
+class ClassificationModule(L.LightningModule):
+    """Cross-entropy training, accuracy/loss evaluation and an SGD optimizer around ``self.net``.
+
+    Subclasses build ``self.net`` (a module mapping inputs to logits). ``validation_step`` logs ``val_loss`` and
+    ``val_acc``; ``test_step`` logs ``test_loss`` and ``test_acc`` (accuracy via torchmetrics).
+
+    Args:
+        num_classes: Number of classes.
+        lr: Local SGD learning rate.
+        momentum: SGD momentum.
+        weight_decay: L2 penalty.
+    """
+
+    def __init__(self, num_classes: int = 10, lr: float = 0.05, momentum: float = 0.0, weight_decay: float = 0.0):
+        super().__init__()
+        if num_classes < 2:
+            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+        if not lr > 0:
+            raise ValueError(f"lr must be > 0, got {lr}")
+        if not 0 <= momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        self.num_classes = num_classes
+        self.lr = lr
+        self.momentum = momentum
+        self.weight_decay = weight_decay
+        self.net: nn.Module = nn.Identity()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: list[Tensor], batch_idx: int) -> Tensor:
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def _evaluate(self, batch: list[Tensor], prefix: str) -> None:
+        x, y = batch
+        logits = self(x)
+        self.log(f"{prefix}_loss", F.cross_entropy(logits, y), batch_size=len(y))
+        acc = multiclass_accuracy(logits, y, num_classes=self.num_classes, average="micro")
+        self.log(f"{prefix}_acc", acc, batch_size=len(y))
+
+    def validation_step(self, batch: list[Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: list[Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)

@@ -1,0 +1,70 @@
+"""LeNet-5 for 8x8, 28x28 and 32x32 inputs."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lit_asyncfl.models.base import ClassificationModule
+
+
+class LeNet5(ClassificationModule):
+    """LeNet-5 (conv 6@5x5, pool, conv 16@5x5, pool, FC 120-84-classes) adapted to the input size.
+
+    For 32x32 inputs the convolutions are unpadded, as in the original; for 28x28 the first convolution is padded
+    by 2 (the classic MNIST variant); for small inputs such as the 8x8 digits both are padded by 2 so the feature
+    maps stay at least 2x2. The flattened size is computed from the input shape.
+
+    Args:
+        num_classes: Number of classes.
+        in_channels: Input channels (1 for digits/MNIST, 3 for CIFAR).
+        input_size: Side of the square input (8, 28, 32, ...).
+        lr: Local SGD learning rate.
+        momentum: SGD momentum.
+        weight_decay: L2 penalty.
+
+    Example:
+        >>> model = LeNet5(input_size=8)
+        >>> model(torch.zeros(2, 1, 8, 8)).shape
+        torch.Size([2, 10])
+        >>> LeNet5(in_channels=3, input_size=32)(torch.zeros(1, 3, 32, 32)).shape
+        torch.Size([1, 10])
+    """
+
+    def __init__(
+        self,
+        num_classes: int = 10,
+        in_channels: int = 1,
+        input_size: int = 8,
+        lr: float = 0.05,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+    ) -> None:
+        super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        if in_channels < 1:
+            raise ValueError(f"in_channels must be >= 1, got {in_channels}")
+        if input_size < 4:
+            raise ValueError(f"input_size must be >= 4, got {input_size}")
+        self.save_hyperparameters()
+        pad1 = 0 if input_size >= 32 else 2
+        after_pool1 = (input_size + 2 * pad1 - 4) // 2
+        pad2 = 0 if after_pool1 >= 10 else 2
+        features = nn.Sequential(
+            nn.Conv2d(in_channels, 6, 5, padding=pad1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5, padding=pad2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            flat = features(torch.zeros(1, in_channels, input_size, input_size)).shape[1]
+        self.net = nn.Sequential(
+            features,
+            nn.Linear(flat, 120),
+            nn.ReLU(),
+            nn.Linear(120, 84),
+            nn.ReLU(),
+            nn.Linear(84, num_classes),
+        )

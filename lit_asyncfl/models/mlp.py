@@ -1,0 +1,67 @@
+"""Multi-layer perceptron and multinomial logistic regression."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import nn
+
+from lit_asyncfl.models.base import ClassificationModule
+
+
+class MLP(ClassificationModule):
+    """Fully connected network on flattened inputs.
+
+    Args:
+        input_dim: Number of input features after flattening (64 for 8x8 digits).
+        hidden_dims: Sizes of the hidden layers.
+        num_classes: Number of classes.
+        lr: Local SGD learning rate.
+        momentum: SGD momentum.
+        weight_decay: L2 penalty.
+
+    Example:
+        >>> import torch
+        >>> MLP(input_dim=64, hidden_dims=(32,))(torch.zeros(3, 1, 8, 8)).shape
+        torch.Size([3, 10])
+    """
+
+    def __init__(
+        self,
+        input_dim: int = 64,
+        hidden_dims: Sequence[int] = (200, 200),
+        num_classes: int = 10,
+        lr: float = 0.05,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+    ) -> None:
+        super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        if input_dim < 1 or any(h < 1 for h in hidden_dims):
+            raise ValueError(f"input_dim and hidden_dims must be >= 1, got {input_dim} and {list(hidden_dims)}")
+        self.save_hyperparameters()
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = input_dim
+        for hidden in hidden_dims:
+            layers += [nn.Linear(width, hidden), nn.ReLU()]
+            width = hidden
+        layers.append(nn.Linear(width, num_classes))
+        self.net = nn.Sequential(*layers)
+
+
+class LogisticRegression(MLP):
+    """Multinomial logistic regression: one linear layer on flattened inputs.
+
+    Args:
+        input_dim: Number of input features.
+        num_classes: Number of classes.
+        lr: Local SGD learning rate.
+        weight_decay: L2 penalty.
+
+    Example:
+        >>> import torch
+        >>> LogisticRegression(input_dim=64)(torch.zeros(2, 64)).shape
+        torch.Size([2, 10])
+    """
+
+    def __init__(self, input_dim: int = 64, num_classes: int = 10, lr: float = 0.05, weight_decay: float = 0.0):
+        super().__init__(input_dim=input_dim, hidden_dims=(), num_classes=num_classes, lr=lr, weight_decay=weight_decay)

@@ -1,0 +1,57 @@
+"""Schedulers decide when and whom to dispatch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lit_asyncfl.core.clock import Event
+    from lit_asyncfl.core.simulator import Simulator
+    from lit_asyncfl.core.update import ClientJob
+
+
+def resolve_count(name: str, value: int | float, num_clients: int) -> int:
+    """An absolute number of clients from a count (``int >= 1``) or a fraction (``float`` in ``(0, 1]``).
+
+    Example:
+        >>> resolve_count("concurrency", 0.1, 100), resolve_count("concurrency", 7, 100)
+        (10, 7)
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a count (int >= 1) or a fraction (float in (0, 1]), got {value!r}")
+    if isinstance(value, float):
+        if not 0 < value <= 1:
+            raise ValueError(f"{name} as a fraction must be in (0, 1], got {value}; pass an int for a count")
+        return max(1, round(value * num_clients))
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    if value > num_clients:
+        raise ValueError(f"{name}={value} is larger than num_clients={num_clients}; allowed: 1..{num_clients}")
+    return int(value)
+
+
+class Scheduler:
+    """Base class of schedulers.
+
+    The simulator calls :meth:`on_fit_start` once, :meth:`on_update` after the server has processed each arrival,
+    and :meth:`on_event` for the events the scheduler put on the clock itself (e.g. periodic triggers).
+    """
+
+    def setup(self, num_clients: int) -> None:
+        """Validate against the number of clients (raise ``ValueError`` naming the bad value)."""
+
+    def on_fit_start(self, sim: Simulator) -> None:
+        """Make the first dispatches or schedule the first trigger."""
+
+    def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
+        """React to a processed arrival (``aggregated``: whether a new global version was made)."""
+
+    def on_event(self, sim: Simulator, event: Event) -> None:
+        """Handle an event this scheduler scheduled."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Checkpointable state."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state produced by :meth:`state_dict`."""

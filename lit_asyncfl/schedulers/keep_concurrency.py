@@ -1,0 +1,45 @@
+"""Keep a fixed number of clients training at all times (FedAsync, FedBuff, FedADT)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lit_asyncfl.schedulers.base import Scheduler, resolve_count
+
+if TYPE_CHECKING:
+    from lit_asyncfl.core.simulator import Simulator
+    from lit_asyncfl.core.update import ClientJob
+
+
+class KeepConcurrency(Scheduler):
+    """Start ``concurrency`` random clients; whenever an update has been processed, start a random idle client.
+
+    The client that just finished is idle again and may be drawn.
+
+    Args:
+        concurrency: Number of clients training at once (``int``), or a fraction of all clients (``float`` in
+            ``(0, 1]``; FedADT's concurrency rate P = 20% is ``0.2``).
+
+    Example:
+        >>> s = KeepConcurrency(0.2)
+        >>> s.setup(50)
+        >>> s.count
+        10
+    """
+
+    def __init__(self, concurrency: int | float = 0.1) -> None:
+        resolve_count("concurrency", concurrency, num_clients=2**62)  # validate early
+        self.concurrency = concurrency
+        self.count = 0
+
+    def setup(self, num_clients: int) -> None:
+        self.count = resolve_count("concurrency", self.concurrency, num_clients)
+
+    def on_fit_start(self, sim: Simulator) -> None:
+        for client in sim.sample_idle(self.count):
+            sim.dispatch(client)
+
+    def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
+        missing = self.count - sim.num_training
+        for client in sim.sample_idle(missing):
+            sim.dispatch(client)

@@ -1,0 +1,134 @@
+"""Aggregators: how buffered updates become the next global model."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torch import Tensor
+
+from lit_asyncfl.core.update import ClientUpdate
+from lit_asyncfl.functional.aggregation import mix, weighted_average
+
+if TYPE_CHECKING:
+    from lit_asyncfl.core.server import Server
+
+
+class Aggregator:
+    """Holds accepted updates with their weights and turns them into the next global model.
+
+    The server calls :meth:`add` for every accepted update and aggregates when :meth:`ready` says so, or when a
+    scheduler flushes (synchronous rounds end when every selected client has answered). ``buffer_size=None``
+    means "only when flushed".
+
+    Args:
+        buffer_size: Number of updates that triggers an aggregation, or ``None``.
+    """
+
+    def __init__(self, buffer_size: int | None = None) -> None:
+        if buffer_size is not None and buffer_size < 1:
+            raise ValueError(f"buffer_size must be >= 1 or None, got {buffer_size}")
+        self.buffer_size = buffer_size
+        self.buffer: list[tuple[ClientUpdate, float]] = []
+
+    def on_fit_start(self, server: Server) -> None:
+        """Empty the buffer at the start of a run."""
+        self.buffer = []
+
+    def add(self, server: Server, update: ClientUpdate, weight: float) -> None:
+        """Buffer an accepted update with its aggregation weight."""
+        if not weight >= 0:
+            raise ValueError(f"aggregation weight must be >= 0, got {weight} for client {update.client}")
+        self.buffer.append((update, weight))
+
+    def ready(self) -> bool:
+        """Whether the buffer is full."""
+        return self.buffer_size is not None and len(self.buffer) >= self.buffer_size
+
+    def aggregate(self, server: Server) -> Tensor:
+        """Return the new global weights from the buffered updates (the buffer is non-empty)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Buffered updates and weights."""
+        return {"buffer": [(u.state_dict(), w) for u, w in self.buffer]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state produced by :meth:`state_dict`."""
+        self.buffer = [(ClientUpdate.from_state_dict(u), float(w)) for u, w in state["buffer"]]
+
+
+class Mixing(Aggregator):
+    r"""Immediate asynchronous mixing (FedAsync, FedASMU, FedADT).
+
+    .. math:: w_{t+1} = (1 - \alpha_t) w_t + \alpha_t w_i, \quad \alpha_t = \min(1, \alpha \cdot p_i)
+
+    where :math:`p_i` is the weight computed by the server callbacks (e.g. a staleness function).
+
+    Args:
+        alpha: Base mixing weight :math:`\alpha \in (0, 1]`.
+
+    Example:
+        >>> Mixing(alpha=0.6).buffer_size
+        1
+    """
+
+    def __init__(self, alpha: float = 0.6) -> None:
+        super().__init__(buffer_size=1)
+        if not 0.0 < alpha <= 1.0:
+            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+        self.alpha = alpha
+
+    def aggregate(self, server: Server) -> Tensor:
+        weights = server.weights
+        for update, weight in self.buffer:
+            weights = mix(weights, update.weights, min(1.0, self.alpha * weight))
+        return weights
+
+
+class ModelAverage(Aggregator):
+    r"""Weighted average of client models (FedAvg).
+
+    .. math:: w_{t+1} = \sum_i \frac{p_i}{\sum_j p_j} w_i
+
+    With :class:`~lit_asyncfl.server.weights.DataSizeWeight`, :math:`p_i = n_i`. Synchronous schedulers flush it
+    at the end of each round.
+
+    Args:
+        buffer_size: Aggregate after this many updates, or ``None`` to wait for a flush.
+    """
+
+    def aggregate(self, server: Server) -> Tensor:
+        return weighted_average([u.weights for u, _ in self.buffer], [w for _, w in self.buffer])
+
+
+class DeltaAverage(Aggregator):
+    r"""Buffered average of client deltas applied with a server learning rate (FedBuff).
+
+    .. math:: w_{t+1} = w_t + \eta_g \frac{1}{K} \sum_{i=1}^{K} p_i \Delta_i, \quad \Delta_i = w_i - w_{o_i}
+
+    With ``normalize=True`` the sum is divided by :math:`\sum_i p_i` instead of :math:`K`.
+
+    Args:
+        buffer_size: Number of updates ``K`` per aggregation.
+        server_lr: Server learning rate :math:`\eta_g > 0`.
+        normalize: Divide by the sum of weights instead of the number of updates.
+
+    Example:
+        >>> DeltaAverage(buffer_size=10, server_lr=1.0).buffer_size
+        10
+    """
+
+    def __init__(self, buffer_size: int | None = 10, server_lr: float = 1.0, normalize: bool = False) -> None:
+        super().__init__(buffer_size)
+        if not server_lr > 0:
+            raise ValueError(f"server_lr must be > 0, got {server_lr}")
+        self.server_lr = server_lr
+        self.normalize = normalize
+
+    def aggregate(self, server: Server) -> Tensor:
+        total = sum(w for _, w in self.buffer) if self.normalize else len(self.buffer)
+        step = server.weights.clone()
+        if total > 0:
+            for update, weight in self.buffer:
+                step.add_(update.delta, alpha=self.server_lr * weight / total)
+        return step

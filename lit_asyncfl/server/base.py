@@ -1,0 +1,55 @@
+"""Server callbacks: the small hooks through which an algorithm shapes what the server does with an update."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lit_asyncfl.core.server import Server
+    from lit_asyncfl.core.update import ClientUpdate
+
+
+class ServerCallback:
+    """Base class of server callbacks; every hook does nothing by default.
+
+    For each arriving update the server calls, over its ordered callbacks: every ``reject_update`` (the first
+    reason returned rejects the update), then every ``transform_update`` (correction, fusion), then every
+    ``weight_update`` (a multiplicative chain starting at 1.0), then hands the update and its weight to the
+    algorithm's :class:`~lit_asyncfl.server.aggregators.Aggregator`. After each aggregation, ``on_aggregated``.
+
+    State that must survive a checkpoint goes through :meth:`state_dict` / :meth:`load_state_dict`, stored under
+    :attr:`state_key`.
+    """
+
+    #: How a rejection by this callback is counted in the summary: ``"rejected"`` or ``"discarded"``.
+    rejection_kind: str = "rejected"
+
+    @property
+    def state_key(self) -> str:
+        """Key of this callback's state in a checkpoint; override to let two instances coexist."""
+        return type(self).__qualname__
+
+    def on_fit_start(self, server: Server) -> None:
+        """Called when a run starts, before any dispatch: reset per-run state here."""
+
+    def reject_update(self, server: Server, update: ClientUpdate) -> str | None:
+        """Return a short reason to reject ``update``, or ``None`` to accept it."""
+        return None
+
+    def transform_update(self, server: Server, update: ClientUpdate) -> ClientUpdate:
+        """Return the update to aggregate (e.g. corrected by distillation)."""
+        return update
+
+    def weight_update(self, server: Server, update: ClientUpdate, weight: float) -> float:
+        """Return the update's aggregation weight, given the weight computed by the callbacks before."""
+        return weight
+
+    def on_aggregated(self, server: Server, updates: list[ClientUpdate]) -> None:
+        """Called after the global model moved to a new version built from ``updates``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Checkpointable state (plain Python values and tensors)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state produced by :meth:`state_dict`."""

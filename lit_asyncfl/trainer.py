@@ -1,0 +1,496 @@
+"""``FederatedTrainer``: the user-facing entry point of a federated simulation."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.utilities.seed import seed_everything
+from lightning.pytorch.loggers import CSVLogger, Logger
+
+from lit_asyncfl.algorithms import Algorithm, get_algorithm
+from lit_asyncfl.client.trainer import LocalTrainer, SequentialExecutor
+from lit_asyncfl.core.flat import FlatParameters
+from lit_asyncfl.core.server import Server
+from lit_asyncfl.core.simulator import Simulator
+from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
+from lit_asyncfl.devices import DeviceModel, UniformRatio
+from lit_asyncfl.evaluation import evaluate, find_metric
+from lit_asyncfl.reporting import format_summary, plot_history, time_to_target, write_history_csv
+
+CHECKPOINT_FORMAT = "lit_asyncfl.checkpoint.v1"
+ACCELERATORS = ("cpu", "cuda", "gpu", "auto")
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+class FederatedTrainer:
+    """Simulates federated training of a ``LightningModule`` on a virtual clock.
+
+    The training set of the data module is split into ``num_clients`` clients; the algorithm's scheduler dispatches
+    clients, each trains ``local_epochs`` epochs on its shard with the module's own ``training_step`` and
+    ``configure_optimizers``, and its update reaches the server after a simulated duration drawn from the device
+    model. The global model is evaluated every ``eval_every`` versions with the module's ``validation_step``.
+
+    After :meth:`fit`: :attr:`global_model` (the module, holding the final global weights), :attr:`history` (one
+    dict per evaluation), :attr:`summary`, and in :attr:`log_dir` ``history.csv``, ``summary.json`` and
+    ``accuracy.png``.
+
+    Results depend only on the configuration and ``seed``: never on wall-clock time. The global RNGs are seeded
+    at construction, so a model built after the trainer starts from the same initial weights each run.
+
+    Args:
+        algorithm: An :class:`~lit_asyncfl.algorithms.Algorithm` (e.g. ``FedAsync()``) or a preset name
+            (``"fedavg"``, ``"fedprox"``, ``"fedasync"``, ``"fedbuff"``).
+        num_clients: Number of simulated clients.
+        local_epochs: Local epochs ``E`` per client job.
+        max_virtual_time: Stop after the last event at or before this virtual time (seconds).
+        max_versions: Stop when the global model reaches this version (number of aggregations).
+        device_model: Simulated device heterogeneity (default: :class:`~lit_asyncfl.devices.UniformRatio` with a
+            5x slowest/fastest ratio).
+        eval_every: Evaluate the global model every this many versions (and at the start and end).
+        target_accuracy: Accuracy whose first attainment is reported as ``time_to_target``.
+        seed: Seed of everything random in the run (partition, devices, client choice, local batches, init).
+        accelerator: ``"cpu"``, ``"cuda"`` (alias ``"gpu"``) or ``"auto"``.
+        logger: A Lightning logger (or several), ``True`` for a ``CSVLogger`` under ``default_root_dir``, or
+            ``False``/``None`` for none. Metrics are logged against the version as step, with ``virtual_time``.
+        default_root_dir: Where the default logger and the outputs go.
+        enable_progress_bar: Show a progress bar over virtual time (or versions).
+        print_summary: Print the summary table at the end of :meth:`fit`.
+        checkpoint_every: Save ``checkpoints/last.ckpt`` in the log dir every this many events (``None``: only at
+            the end of the run).
+        num_threads: Set ``torch.set_num_threads`` for the run (``None``: leave as is).
+
+    Example:
+        >>> from lit_asyncfl.algorithms import FedAsync
+        >>> from lit_asyncfl.data import DigitsDataModule
+        >>> from lit_asyncfl.models import LogisticRegression
+        >>> import tempfile
+        >>> trainer = FederatedTrainer(FedAsync(concurrency=2), num_clients=4, max_versions=3, logger=False,
+        ...                            default_root_dir=tempfile.mkdtemp(), enable_progress_bar=False,
+        ...                            print_summary=False)
+        >>> trainer.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule())
+        >>> trainer.summary["versions"], trainer.history[-1]["version"]
+        (3, 3)
+    """
+
+    def __init__(
+        self,
+        algorithm: Algorithm | str = "fedasync",
+        num_clients: int = 100,
+        local_epochs: int = 1,
+        max_virtual_time: float | None = None,
+        max_versions: int | None = None,
+        device_model: DeviceModel | None = None,
+        eval_every: int = 10,
+        target_accuracy: float = 0.8,
+        seed: int = 0,
+        accelerator: str = "cpu",
+        logger: Logger | Iterable[Logger] | bool | None = True,
+        default_root_dir: str = "runs",
+        enable_progress_bar: bool = True,
+        print_summary: bool = True,
+        checkpoint_every: int | None = None,
+        num_threads: int | None = None,
+    ) -> None:
+        self.algorithm = get_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
+        _check(
+            isinstance(self.algorithm, Algorithm), f"algorithm must be an Algorithm or a preset name, got {algorithm!r}"
+        )
+        _check(num_clients >= 1, f"num_clients must be >= 1, got {num_clients}")
+        _check(local_epochs >= 1, f"local_epochs must be >= 1, got {local_epochs}")
+        _check(
+            max_virtual_time is not None or max_versions is not None,
+            "set a budget: max_virtual_time (virtual seconds) and/or max_versions (aggregations)",
+        )
+        _check(
+            max_virtual_time is None or max_virtual_time > 0, f"max_virtual_time must be > 0, got {max_virtual_time}"
+        )
+        _check(max_versions is None or max_versions >= 1, f"max_versions must be >= 1, got {max_versions}")
+        _check(eval_every >= 1, f"eval_every must be >= 1 version, got {eval_every}")
+        _check(0 < target_accuracy <= 1, f"target_accuracy must be in (0, 1], got {target_accuracy}")
+        _check(0 <= seed < 2**32, f"seed must be in [0, 2**32), got {seed}")
+        _check(accelerator in ACCELERATORS, f"unknown accelerator {accelerator!r}; allowed: {list(ACCELERATORS)}")
+        _check(
+            checkpoint_every is None or checkpoint_every >= 1, f"checkpoint_every must be >= 1, got {checkpoint_every}"
+        )
+        _check(num_threads is None or num_threads >= 1, f"num_threads must be >= 1, got {num_threads}")
+        self.algorithm.scheduler.setup(num_clients)  # e.g. concurrency larger than num_clients fails here
+
+        self.num_clients = num_clients
+        self.local_epochs = local_epochs
+        self.max_virtual_time = max_virtual_time
+        self.max_versions = max_versions
+        self.device_model = device_model if device_model is not None else UniformRatio(ratio=5.0)
+        self.eval_every = eval_every
+        self.target_accuracy = target_accuracy
+        self.seed = seed
+        self.device = self._resolve_device(accelerator)
+        self.default_root_dir = default_root_dir
+        self.loggers = self._resolve_loggers(logger)
+        self.enable_progress_bar = enable_progress_bar
+        self.print_summary = print_summary
+        self.checkpoint_every = checkpoint_every
+        self.num_threads = num_threads
+        #: Configuration recorded with the run (the CLI stores the full parsed config here).
+        self.run_config: dict[str, Any] | None = None
+
+        self.global_model: L.LightningModule | None = None
+        self.datamodule: L.LightningDataModule | None = None
+        self.history: list[dict[str, Any]] = []
+        self.summary: dict[str, Any] = {}
+        self.simulator: Simulator | None = None
+        self._flat: FlatParameters | None = None
+        self._eval_batches: list[Any] | None = None
+        self._wall_offset = 0.0
+        self._wall_start = 0.0
+        self._stop_requested = False
+        seed_everything(seed, verbose=False)
+
+    # -- construction helpers ---------------------------------------------------------------------------------
+    @staticmethod
+    def _resolve_device(accelerator: str) -> torch.device:
+        if accelerator == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if accelerator in ("cuda", "gpu"):
+            _check(torch.cuda.is_available(), f"accelerator={accelerator!r} but no CUDA device is available; use 'cpu'")
+            return torch.device("cuda")
+        return torch.device("cpu")
+
+    def _resolve_loggers(self, logger: Logger | Iterable[Logger] | bool | None) -> list[Logger]:
+        if logger is True:
+            return [CSVLogger(self.default_root_dir, name=self.algorithm.name)]
+        if logger is False or logger is None:
+            return []
+        if isinstance(logger, Logger):
+            return [logger]
+        return list(logger)
+
+    @property
+    def logger(self) -> Logger | None:
+        """The first logger, or ``None``."""
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def log_dir(self) -> str:
+        """Directory of the run's outputs: the first logger's ``log_dir``, else ``default_root_dir/<algorithm>``."""
+        for lg in self.loggers:
+            path = getattr(lg, "log_dir", None) or lg.save_dir
+            if path:
+                return str(path)
+        return os.path.join(self.default_root_dir, self.algorithm.name)
+
+    # -- public API -------------------------------------------------------------------------------------------
+    def fit(
+        self,
+        model: L.LightningModule,
+        datamodule: L.LightningDataModule,
+        ckpt_path: str | None = None,
+    ) -> None:
+        """Run the federated simulation.
+
+        Args:
+            model: The model; its initial weights are the initial global model, and it holds the final global
+                weights afterwards (also as :attr:`global_model`).
+            datamodule: A :class:`~lit_asyncfl.data.FederatedDataModule`, or any ``LightningDataModule`` (split IID
+                unless wrapped in :class:`~lit_asyncfl.data.PartitionedDataModule`).
+            ckpt_path: Resume from a checkpoint written by this trainer (same configuration; budgets may differ).
+        """
+        if self.num_threads is not None:
+            torch.set_num_threads(self.num_threads)
+        self._wall_start = time.perf_counter()
+        sim = self._build(model, datamodule)
+        if ckpt_path is not None:
+            self._load_checkpoint(ckpt_path)
+        else:
+            self.history = []
+            self._wall_offset = 0.0
+            sim.start()
+            self._evaluate_and_log()
+        self._log_hyperparams()
+        self._run(sim)
+        self._finish(sim)
+
+    def validate(self, model: L.LightningModule | None = None, datamodule: L.LightningDataModule | None = None):
+        """Evaluate a model (default: the global model after :meth:`fit`) on the validation data.
+
+        Returns:
+            A list with one dict of the logged metrics, as ``lightning.Trainer.validate`` does.
+        """
+        return [self._evaluate_stage(model, datamodule, "val")]
+
+    def test(self, model: L.LightningModule | None = None, datamodule: L.LightningDataModule | None = None):
+        """Evaluate a model (default: the global model after :meth:`fit`) on the test data.
+
+        Returns:
+            A list with one dict of the logged metrics, as ``lightning.Trainer.test`` does.
+        """
+        return [self._evaluate_stage(model, datamodule, "test")]
+
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        """Write the full simulation state at the current event boundary (atomically)."""
+        if self.simulator is None:
+            raise RuntimeError("nothing to checkpoint: call fit() first")
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "fingerprint": self._fingerprint(),
+            "simulation": self.simulator.state_dict(),
+            "history": self.history,
+            "wall_seconds": self._wall_seconds(),
+        }
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+
+    # -- internals --------------------------------------------------------------------------------------------
+    def _build(self, model: L.LightningModule, datamodule: L.LightningDataModule) -> Simulator:
+        if not isinstance(model, L.LightningModule):
+            raise TypeError(f"model must be a LightningModule, got {type(model).__name__}")
+        if not isinstance(datamodule, L.LightningDataModule):
+            raise TypeError(f"datamodule must be a LightningDataModule, got {type(datamodule).__name__}")
+        dm = datamodule if isinstance(datamodule, FederatedDataModule) else PartitionedDataModule(datamodule)
+        dm.prepare_data()
+        dm.setup("fit")
+        self.datamodule = dm
+        shards = dm.client_shards(self.num_clients, self.seed, self.device)
+        model.to(self.device)
+        self.global_model = model
+        self._flat = FlatParameters(model)
+        algo = self.algorithm
+        local = LocalTrainer(model, shards, dm.batch_size, algo.client_callbacks, self.device)
+        server = Server(self._flat.read(), algo.aggregator, algo.server_callbacks, self.num_clients)
+        sim = Simulator(
+            server=server,
+            scheduler=algo.scheduler,
+            executor=SequentialExecutor(local),
+            device_model=self.device_model,
+            num_samples=[shards.num_samples(c) for c in range(self.num_clients)],
+            local_epochs=self.local_epochs,
+            seed=self.seed,
+            model_bytes=self._flat.nbytes,
+            client_callbacks=algo.client_callbacks,
+        )
+        sim.on_new_version = self._on_new_version
+        self.simulator = sim
+        loader = dm.val_dataloader()
+        self._eval_batches = list(loader) if loader is not None else None
+        return sim
+
+    def _fingerprint(self) -> dict[str, Any]:
+        assert self._flat is not None
+        return {
+            "algorithm": repr(self.algorithm),
+            "num_clients": self.num_clients,
+            "local_epochs": self.local_epochs,
+            "seed": self.seed,
+            "model_numel": self._flat.numel,
+            "device_model": type(self.device_model).__name__,
+        }
+
+    def _load_checkpoint(self, ckpt_path: str) -> None:
+        state = torch.load(ckpt_path, map_location=self.device, weights_only=True)
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{ckpt_path} is not a lit_asyncfl checkpoint (expected format {CHECKPOINT_FORMAT})")
+        mine, theirs = self._fingerprint(), state["fingerprint"]
+        diff = {k: (theirs.get(k), v) for k, v in mine.items() if theirs.get(k) != v}
+        if diff:
+            details = "; ".join(f"{k}: checkpoint {a!r} vs trainer {b!r}" for k, (a, b) in diff.items())
+            raise ValueError(f"checkpoint {ckpt_path} was written by a different configuration: {details}")
+        assert self.simulator is not None
+        self.simulator.load_state_dict(state["simulation"])
+        self.history = list(state["history"])
+        self._wall_offset = float(state["wall_seconds"])
+
+    def _wall_seconds(self) -> float:
+        return self._wall_offset + (time.perf_counter() - self._wall_start)
+
+    def _on_new_version(self) -> None:
+        assert self.simulator is not None
+        if self.simulator.server.version % self.eval_every == 0:
+            self._evaluate_and_log()
+
+    def _evaluate_and_log(self) -> None:
+        sim, flat, model = self.simulator, self._flat, self.global_model
+        assert sim is not None and flat is not None and model is not None
+        if not self._eval_batches:
+            return
+        flat.load(sim.server.weights)
+        metrics = evaluate(model, self._eval_batches, "val")
+        stats = sim.server.stats
+        row: dict[str, Any] = {
+            "version": sim.server.version,
+            "virtual_time": sim.now,
+            "accuracy": find_metric(metrics, "accuracy"),
+            "loss": find_metric(metrics, "loss"),
+            "updates_received": stats.received,
+            "updates_aggregated": stats.aggregated,
+            "wall_time": round(self._wall_seconds(), 3),
+            **metrics,
+        }
+        self.history.append(row)
+        numeric = {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and k != "version"}
+        for lg in self.loggers:
+            lg.log_metrics(numeric, step=sim.server.version)
+
+    def _log_hyperparams(self) -> None:
+        params = self.run_config or {
+            "algorithm": repr(self.algorithm),
+            "num_clients": self.num_clients,
+            "local_epochs": self.local_epochs,
+            "seed": self.seed,
+            "device_model": type(self.device_model).__name__,
+        }
+        for lg in self.loggers:
+            lg.log_hyperparams(params)
+
+    def _run(self, sim: Simulator) -> None:
+        self._stop_requested = False
+        bar = self._progress_bar(sim)
+        last_refresh = 0.0
+
+        def after_event() -> bool:
+            nonlocal last_refresh
+            if self.checkpoint_every is not None and sim.events_processed % self.checkpoint_every == 0:
+                self.save_checkpoint(self._checkpoint_path())
+            if bar is not None:
+                now = time.perf_counter()
+                if now - last_refresh > 0.2:
+                    last_refresh = now
+                    self._refresh_bar(bar, sim)
+            return self._stop_requested
+
+        previous = self._install_sigint()
+        try:
+            sim.run(self.max_virtual_time, self.max_versions, after_event)
+        finally:
+            self._restore_sigint(previous)
+            if bar is not None:
+                self._refresh_bar(bar, sim)
+                bar.close()
+
+    def _checkpoint_path(self) -> str:
+        return os.path.join(self.log_dir, "checkpoints", "last.ckpt")
+
+    def _install_sigint(self) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def handler(signum: int, frame: Any) -> None:
+            if self._stop_requested:  # second Ctrl-C: stop now
+                raise KeyboardInterrupt
+            self._stop_requested = True
+            print("\nStopping at the next event boundary (Ctrl-C again to abort)...", flush=True)
+
+        return signal.signal(signal.SIGINT, handler)
+
+    @staticmethod
+    def _restore_sigint(previous: Any) -> None:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+    def _progress_bar(self, sim: Simulator) -> Any:
+        if not self.enable_progress_bar:
+            return None
+        from tqdm.auto import tqdm
+
+        by_time = self.max_virtual_time is not None
+        total = self.max_virtual_time if by_time else self.max_versions
+        unit = "virtual s" if by_time else "versions"
+        return tqdm(
+            total=total,
+            desc=self.algorithm.name,
+            unit=unit,
+            dynamic_ncols=True,
+            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:,.0f}/{total:,.0f} "
+            + unit
+            + " [{elapsed}<{remaining}{postfix}]",
+        )
+
+    def _refresh_bar(self, bar: Any, sim: Simulator) -> None:
+        done = sim.now if self.max_virtual_time is not None else sim.server.version
+        bar.n = min(done, bar.total) if bar.total else done
+        acc = self.history[-1]["accuracy"] if self.history else None
+        bar.set_postfix(version=sim.server.version, acc=f"{acc:.3f}" if acc is not None else "-", refresh=False)
+        bar.refresh()
+
+    def _finish(self, sim: Simulator) -> None:
+        if not self.history or self.history[-1]["version"] != sim.server.version:
+            self._evaluate_and_log()
+        assert self._flat is not None
+        self._flat.load(sim.server.weights)
+        self.summary = self._summarize(sim)
+        out = Path(self.log_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_history_csv(self.history, out / "history.csv")
+        (out / "summary.json").write_text(json.dumps(self.summary, indent=2))
+        if self.run_config is not None:
+            import yaml
+
+            (out / "config.yaml").write_text(yaml.safe_dump(self.run_config, sort_keys=False))
+        if any(r.get("accuracy") is not None for r in self.history):
+            plot_history(self.history, out / "accuracy.png", self.algorithm.name, self.target_accuracy)
+        self.save_checkpoint(self._checkpoint_path())
+        for lg in self.loggers:
+            lg.log_metrics(
+                {
+                    f"summary/{k}": float(v)
+                    for k, v in self.summary.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)
+                },
+                step=sim.server.version,
+            )
+            lg.save()
+            lg.finalize("success")
+        if self.print_summary:
+            print(format_summary(self.summary))
+            print(f"outputs in {out}/ (history.csv, summary.json, accuracy.png, checkpoints/last.ckpt)")
+
+    def _summarize(self, sim: Simulator) -> dict[str, Any]:
+        stats = sim.server.stats
+        accs = [r["accuracy"] for r in self.history if r.get("accuracy") is not None]
+        return {
+            "algorithm": self.algorithm.name,
+            "num_clients": self.num_clients,
+            "final_accuracy": accs[-1] if accs else None,
+            "best_accuracy": max(accs) if accs else None,
+            "target_accuracy": self.target_accuracy,
+            "time_to_target": time_to_target(self.history, self.target_accuracy),
+            "versions": sim.server.version,
+            "virtual_time": sim.now,
+            "updates_received": stats.received,
+            "updates_aggregated": stats.aggregated,
+            "updates_discarded": stats.discarded,
+            "updates_rejected": stats.rejected,
+            "reject_reasons": dict(stats.reasons),
+            "mean_staleness": stats.staleness_mean,
+            "max_staleness": stats.staleness_max,
+            "bytes_up": stats.bytes_up,
+            "bytes_down": stats.bytes_down,
+            "events": sim.events_processed,
+            "interrupted": self._stop_requested,
+            "wall_seconds": round(self._wall_seconds(), 2),
+        }
+
+    def _evaluate_stage(
+        self, model: L.LightningModule | None, datamodule: L.LightningDataModule | None, stage: str
+    ) -> dict[str, float]:
+        model = model if model is not None else self.global_model
+        dm = datamodule if datamodule is not None else self.datamodule
+        if model is None or dm is None:
+            raise RuntimeError(f"{stage}: pass a model and a datamodule, or call fit() first")
+        dm.setup("validate" if stage == "val" else "test")
+        loader = dm.val_dataloader() if stage == "val" else dm.test_dataloader()
+        return evaluate(model.to(self.device), loader, stage)

@@ -1,0 +1,58 @@
+"""Global evaluation: logged values are batch-size weighted means over the whole evaluation set."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lit_asyncfl.evaluation import evaluate, find_metric
+from lit_asyncfl.models import LogisticRegression
+
+
+def test_logged_metrics_equal_the_full_set_values_with_uneven_batches():
+    torch.manual_seed(0)
+    model = LogisticRegression(input_dim=5, num_classes=3)
+    x, y = torch.randn(23, 5), torch.randint(0, 3, (23,))
+    batches = [[x[i : i + 10], y[i : i + 10]] for i in range(0, 23, 10)]  # 10, 10, 3
+    metrics = evaluate(model, batches, "val")
+    with torch.no_grad():
+        logits = model(x)
+    assert metrics["val_acc"] == pytest.approx((logits.argmax(1) == y).float().mean().item(), abs=1e-6)
+    assert metrics["val_loss"] == pytest.approx(F.cross_entropy(logits, y).item(), abs=1e-6)
+    assert model.training  # mode restored
+    assert "log" not in vars(model)  # the capture is removed
+
+
+def test_module_without_validation_step_is_scored_from_its_logits():
+    class Bare(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.layer(x)
+
+    model = Bare()
+    with torch.no_grad():
+        model.layer.weight.copy_(torch.eye(2))
+        model.layer.bias.zero_()
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 3.0]])
+    y = torch.tensor([0, 1, 1, 1])  # predictions 0, 1, 0, 1: accuracy 3/4
+    metrics = evaluate(model, [[x, y]], "test")
+    assert metrics["test_acc"] == pytest.approx(0.75)
+    assert metrics["test_loss"] == pytest.approx(F.cross_entropy(x, y).item())
+
+
+@pytest.mark.parametrize(
+    ("metrics", "kind", "expected"),
+    [
+        ({"val_loss": 1.0, "val_acc": 0.5}, "accuracy", 0.5),
+        ({"valid/accuracy": 0.7, "valid/loss": 0.2}, "accuracy", 0.7),
+        ({"valid/accuracy": 0.7, "valid/loss": 0.2}, "loss", 0.2),
+        ({"mse": 0.3}, "accuracy", None),
+    ],
+)
+def test_find_metric_by_name_suffix(metrics, kind, expected):
+    assert find_metric(metrics, kind) == expected
