@@ -163,8 +163,8 @@ class UniformResponse(DeviceModel):
 
     def __init__(self, low: float = 0.0, high: float = 5000.0, bandwidth: float = math.inf) -> None:
         super().__init__(time_per_sample=1.0, bandwidth=bandwidth)
-        if low < 0 or not high >= low or not math.isfinite(high):
-            raise ValueError(f"need 0 <= low <= high < inf, got low={low}, high={high}")
+        if low < 0 or not high >= low or not 0 < high < math.inf:
+            raise ValueError(f"need 0 <= low <= high, 0 < high < inf, got low={low}, high={high}")
         self.low, self.high = low, high
 
     def job_timing(

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
+from torchmetrics import Metric
 from torchmetrics.functional.classification import multiclass_accuracy
 
 from lit_asyncfl.data.shards import _to_device
@@ -26,20 +27,26 @@ def _batch_size(batch: Any) -> int:
 
 
 def _scalar(value: Any) -> float:
-    if hasattr(value, "compute") and callable(value.compute):  # a torchmetrics Metric
-        value = value.compute()
     return float(value.detach().float().mean()) if isinstance(value, Tensor) else float(value)
 
 
 class _LogCapture:
-    """Stands in for ``LightningModule.log``: batch-size weighted means of every logged scalar."""
+    """Stands in for ``LightningModule.log``, reducing over the evaluation set as Lightning does at epoch end.
+
+    Logged tensors and numbers are averaged weighted by batch size; a logged torchmetrics ``Metric`` (which
+    accumulates its own state in ``update``/``forward``) is computed once at the end and then reset.
+    """
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
         self.counts: dict[str, float] = {}
+        self.metrics: dict[str, Metric] = {}
         self.batch_size = 1
 
     def log(self, name: str, value: Any, *args: Any, batch_size: int | None = None, **kwargs: Any) -> None:
+        if isinstance(value, Metric):
+            self.metrics[name] = value
+            return
         n = batch_size if batch_size is not None else self.batch_size
         self.sums[name] = self.sums.get(name, 0.0) + _scalar(value) * n
         self.counts[name] = self.counts.get(name, 0.0) + n
@@ -49,7 +56,11 @@ class _LogCapture:
             self.log(name, value, *args, **kwargs)
 
     def means(self) -> dict[str, float]:
-        return {k: self.sums[k] / self.counts[k] for k in self.sums}
+        out = {k: self.sums[k] / self.counts[k] for k in self.sums}
+        for name, metric in self.metrics.items():
+            out[name] = _scalar(metric.compute())
+            metric.reset()
+        return out
 
 
 def find_metric(metrics: dict[str, float], kind: str) -> float | None:

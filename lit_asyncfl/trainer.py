@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import lightning as L
 import torch
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.loggers import CSVLogger, Logger
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lit_asyncfl.algorithms import Algorithm, get_algorithm
 from lit_asyncfl.client.trainer import LocalTrainer, SequentialExecutor
@@ -33,6 +35,67 @@ ACCELERATORS = ("cpu", "cuda", "gpu", "auto")
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
+
+
+def _check_int(name: str, value: Any, minimum: int, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    _check(value >= minimum, f"{name} must be >= {minimum}, got {value}")
+
+
+def describe(obj: Any, depth: int = 0) -> Any:
+    """A plain, comparable description of a configuration object: its class and public simple attributes.
+
+    Nested components (schedulers, aggregators, callbacks, partitioners, ...) are described recursively; tensors,
+    datasets and other heavy or mutable state are left out.
+
+    Example:
+        >>> from lit_asyncfl.algorithms import FedAsync
+        >>> describe(FedAsync(alpha=0.3))["aggregator"]["alpha"]
+        0.3
+    """
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        if len(obj) > 64:  # data, not configuration
+            return _SKIP
+        items = [describe(v, depth + 1) for v in obj]
+        return [v for v in items if v is not _SKIP]
+    if isinstance(obj, dict):
+        if len(obj) > 64 or not all(isinstance(k, str) for k in obj):
+            return _SKIP
+        items = {k: describe(v, depth + 1) for k, v in obj.items()}
+        return {k: v for k, v in items.items() if v is not _SKIP}
+    if depth > 4 or not hasattr(obj, "__dict__") or isinstance(obj, (torch.Tensor, torch.nn.Module)):
+        return _SKIP
+    out: dict[str, Any] = {"class": type(obj).__qualname__}
+    for key, value in vars(obj).items():
+        if key.startswith("_") or isinstance(value, set):
+            continue
+        described = describe(value, depth + 1)
+        if described is not _SKIP:
+            out[key] = described
+    return out
+
+
+_SKIP = object()
+
+
+def _eval_loader(dm: L.LightningDataModule) -> Any:
+    """The validation loader, else the test loader, else ``None`` (evaluation is then skipped)."""
+    for name in ("val_dataloader", "test_dataloader"):
+        try:
+            return getattr(dm, name)()
+        except (MisconfigurationException, NotImplementedError):
+            continue
+    warnings.warn(
+        f"{type(dm).__name__} has no val_dataloader or test_dataloader: the global model is not evaluated",
+        UserWarning,
+        stacklevel=3,
+    )
+    return None
 
 
 class FederatedTrainer:
@@ -108,8 +171,8 @@ class FederatedTrainer:
         _check(
             isinstance(self.algorithm, Algorithm), f"algorithm must be an Algorithm or a preset name, got {algorithm!r}"
         )
-        _check(num_clients >= 1, f"num_clients must be >= 1, got {num_clients}")
-        _check(local_epochs >= 1, f"local_epochs must be >= 1, got {local_epochs}")
+        _check_int("num_clients", num_clients, 1)
+        _check_int("local_epochs", local_epochs, 1)
         _check(
             max_virtual_time is not None or max_versions is not None,
             "set a budget: max_virtual_time (virtual seconds) and/or max_versions (aggregations)",
@@ -117,15 +180,16 @@ class FederatedTrainer:
         _check(
             max_virtual_time is None or max_virtual_time > 0, f"max_virtual_time must be > 0, got {max_virtual_time}"
         )
-        _check(max_versions is None or max_versions >= 1, f"max_versions must be >= 1, got {max_versions}")
-        _check(eval_every >= 1, f"eval_every must be >= 1 version, got {eval_every}")
+        _check_int("max_versions", max_versions, 1, optional=True)
+        _check_int("eval_every", eval_every, 1)
         _check(0 < target_accuracy <= 1, f"target_accuracy must be in (0, 1], got {target_accuracy}")
-        _check(0 <= seed < 2**32, f"seed must be in [0, 2**32), got {seed}")
-        _check(accelerator in ACCELERATORS, f"unknown accelerator {accelerator!r}; allowed: {list(ACCELERATORS)}")
         _check(
-            checkpoint_every is None or checkpoint_every >= 1, f"checkpoint_every must be >= 1, got {checkpoint_every}"
+            isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32,
+            f"seed must be an integer in [0, 2**32), got {seed!r}",
         )
-        _check(num_threads is None or num_threads >= 1, f"num_threads must be >= 1, got {num_threads}")
+        _check(accelerator in ACCELERATORS, f"unknown accelerator {accelerator!r}; allowed: {list(ACCELERATORS)}")
+        _check_int("checkpoint_every", checkpoint_every, 1, optional=True)
+        _check_int("num_threads", num_threads, 1, optional=True)
         self.algorithm.scheduler.setup(num_clients)  # e.g. concurrency larger than num_clients fails here
 
         self.num_clients = num_clients
@@ -156,6 +220,9 @@ class FederatedTrainer:
         self._wall_offset = 0.0
         self._wall_start = 0.0
         self._stop_requested = False
+        self._stop_reason = ""
+        self._log_dir: str | None = None
+        self._fingerprint_value: dict[str, Any] = {}
         seed_everything(seed, verbose=False)
 
     # -- construction helpers ---------------------------------------------------------------------------------
@@ -184,12 +251,20 @@ class FederatedTrainer:
 
     @property
     def log_dir(self) -> str:
-        """Directory of the run's outputs: the first logger's ``log_dir``, else ``default_root_dir/<algorithm>``."""
-        for lg in self.loggers:
-            path = getattr(lg, "log_dir", None) or lg.save_dir
-            if path:
-                return str(path)
-        return os.path.join(self.default_root_dir, self.algorithm.name)
+        """Directory of the run's outputs.
+
+        The first logger's ``log_dir`` (CSV, TensorBoard), else a new ``default_root_dir/<algorithm>/version_N``
+        (loggers without a local log dir, such as W&B, or no logger), fixed for the duration of a ``fit``.
+        """
+        if self._log_dir is None:
+            for lg in self.loggers:
+                path = getattr(lg, "log_dir", None)
+                if path:
+                    return str(path)
+            root = Path(self.default_root_dir) / self.algorithm.name
+            existing = [int(p.name.split("_")[1]) for p in root.glob("version_*") if p.name.split("_")[1].isdigit()]
+            self._log_dir = str(root / f"version_{max(existing, default=-1) + 1}")
+        return self._log_dir
 
     # -- public API -------------------------------------------------------------------------------------------
     def fit(
@@ -210,6 +285,7 @@ class FederatedTrainer:
         if self.num_threads is not None:
             torch.set_num_threads(self.num_threads)
         self._wall_start = time.perf_counter()
+        self._log_dir = None
         sim = self._build(model, datamodule)
         if ckpt_path is not None:
             self._load_checkpoint(ckpt_path)
@@ -244,7 +320,8 @@ class FederatedTrainer:
             raise RuntimeError("nothing to checkpoint: call fit() first")
         state = {
             "format": CHECKPOINT_FORMAT,
-            "fingerprint": self._fingerprint(),
+            "fingerprint": self._fingerprint_value,
+            "eval_every": self.eval_every,
             "simulation": self.simulator.state_dict(),
             "history": self.history,
             "wall_seconds": self._wall_seconds(),
@@ -285,33 +362,39 @@ class FederatedTrainer:
         )
         sim.on_new_version = self._on_new_version
         self.simulator = sim
-        loader = dm.val_dataloader()
+        self._fingerprint_value = self._fingerprint(model, dm)
+        loader = _eval_loader(dm)
         self._eval_batches = list(loader) if loader is not None else None
         return sim
 
-    def _fingerprint(self) -> dict[str, Any]:
+    def _fingerprint(self, model: L.LightningModule, dm: L.LightningDataModule) -> dict[str, Any]:
+        """What must not change between a checkpoint and its resumption (budgets, logging may)."""
         assert self._flat is not None
         return {
-            "algorithm": repr(self.algorithm),
+            "algorithm": describe(self.algorithm),
             "num_clients": self.num_clients,
             "local_epochs": self.local_epochs,
             "seed": self.seed,
-            "model_numel": self._flat.numel,
-            "device_model": type(self.device_model).__name__,
+            "device_model": describe(self.device_model),
+            "model": {"class": type(model).__qualname__, "numel": self._flat.numel},
+            "data": describe(dm),
         }
 
     def _load_checkpoint(self, ckpt_path: str) -> None:
         state = torch.load(ckpt_path, map_location=self.device, weights_only=True)
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{ckpt_path} is not a lit_asyncfl checkpoint (expected format {CHECKPOINT_FORMAT})")
-        mine, theirs = self._fingerprint(), state["fingerprint"]
+        mine, theirs = self._fingerprint_value, state["fingerprint"]
         diff = {k: (theirs.get(k), v) for k, v in mine.items() if theirs.get(k) != v}
         if diff:
             details = "; ".join(f"{k}: checkpoint {a!r} vs trainer {b!r}" for k, (a, b) in diff.items())
             raise ValueError(f"checkpoint {ckpt_path} was written by a different configuration: {details}")
         assert self.simulator is not None
         self.simulator.load_state_dict(state["simulation"])
-        self.history = list(state["history"])
+        # Drop the evaluation that ended the earlier run off schedule: the resumed history is then the one an
+        # uninterrupted run would have.
+        every = int(state["eval_every"])
+        self.history = [row for row in state["history"] if row["version"] % every == 0]
         self._wall_offset = float(state["wall_seconds"])
 
     def _wall_seconds(self) -> float:
@@ -346,13 +429,7 @@ class FederatedTrainer:
             lg.log_metrics(numeric, step=sim.server.version)
 
     def _log_hyperparams(self) -> None:
-        params = self.run_config or {
-            "algorithm": repr(self.algorithm),
-            "num_clients": self.num_clients,
-            "local_epochs": self.local_epochs,
-            "seed": self.seed,
-            "device_model": type(self.device_model).__name__,
-        }
+        params = self.run_config or self._fingerprint_value
         for lg in self.loggers:
             lg.log_hyperparams(params)
 
@@ -374,12 +451,18 @@ class FederatedTrainer:
 
         previous = self._install_sigint()
         try:
-            sim.run(self.max_virtual_time, self.max_versions, after_event)
+            self._stop_reason = sim.run(
+                self.max_virtual_time, self.max_versions, after_event, max_stalled_arrivals=self._stall_limit()
+            )
         finally:
             self._restore_sigint(previous)
             if bar is not None:
                 self._refresh_bar(bar, sim)
                 bar.close()
+
+    def _stall_limit(self) -> int:
+        """Consecutive arrivals without a new version after which the run cannot be making progress."""
+        return max(100, 10 * self.num_clients)
 
     def _checkpoint_path(self) -> str:
         return os.path.join(self.log_dir, "checkpoints", "last.ckpt")
@@ -427,6 +510,13 @@ class FederatedTrainer:
         bar.refresh()
 
     def _finish(self, sim: Simulator) -> None:
+        if self._stop_reason == "stalled":
+            warnings.warn(
+                f"stopped: the last {sim.stalled_arrivals} updates produced no new global version "
+                f"(rejection reasons so far: {sim.server.stats.reasons or 'none'})",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         if not self.history or self.history[-1]["version"] != sim.server.version:
             self._evaluate_and_log()
         assert self._flat is not None
@@ -480,7 +570,7 @@ class FederatedTrainer:
             "bytes_up": stats.bytes_up,
             "bytes_down": stats.bytes_down,
             "events": sim.events_processed,
-            "interrupted": self._stop_requested,
+            "stop_reason": "interrupted" if self._stop_reason == "stopped" else self._stop_reason,
             "wall_seconds": round(self._wall_seconds(), 2),
         }
 

@@ -20,12 +20,12 @@ from lit_asyncfl.schedulers import KeepConcurrency, PeriodicTrigger
         (lambda: FederatedTrainer(), r"set a budget: max_virtual_time .* and/or max_versions"),
         (lambda: FederatedTrainer(max_virtual_time=-5.0), r"max_virtual_time must be > 0, got -5.0"),
         (lambda: FederatedTrainer(max_versions=0), r"max_versions must be >= 1, got 0"),
-        (lambda: FederatedTrainer(max_versions=1, eval_every=0), r"eval_every must be >= 1 version, got 0"),
+        (lambda: FederatedTrainer(max_versions=1, eval_every=0), r"eval_every must be >= 1, got 0"),
         (
             lambda: FederatedTrainer(max_versions=1, target_accuracy=1.5),
             r"target_accuracy must be in \(0, 1\], got 1.5",
         ),
-        (lambda: FederatedTrainer(max_versions=1, seed=-1), r"seed must be in \[0, 2\*\*32\), got -1"),
+        (lambda: FederatedTrainer(max_versions=1, seed=-1), r"seed must be an integer in \[0, 2\*\*32\), got -1"),
         (lambda: FederatedTrainer(max_versions=1, accelerator="tpu"), r"unknown accelerator 'tpu'; allowed: \['cpu'"),
         (
             lambda: FederatedTrainer(FedAsync(concurrency=20), num_clients=10, max_versions=1),
@@ -49,6 +49,10 @@ from lit_asyncfl.schedulers import KeepConcurrency, PeriodicTrigger
         (lambda: DigitsDataModule(batch_size=0), r"batch_size must be >= 1, got 0"),
         (lambda: DigitsDataModule(test_fraction=1.0), r"test_fraction must be in \(0, 1\), got 1.0"),
         (lambda: LeNet5(lr=0), r"lr must be > 0, got 0"),
+        (lambda: FederatedTrainer(max_versions=1, local_epochs=1.5), r"local_epochs must be an integer >= 1, got 1.5"),
+        (lambda: FederatedTrainer(max_versions=2.5), r"max_versions must be an integer >= 1, got 2.5"),
+        (lambda: FederatedTrainer(max_versions=1, num_clients="10"), r"num_clients must be an integer >= 1, got '10'"),
+        (lambda: DigitsDataModule(partition="iid", alpha=0.1), r"alpha=0.1 only applies to partition='dirichlet'"),
     ],
 )
 def test_bad_settings_fail_at_construction_with_the_value_and_the_allowed_range(make, message):

@@ -21,9 +21,35 @@ def test_there_is_one_config_per_preset():
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_every_config_parses_and_instantiates(config, tmp_path):
+    import yaml
+
+    raw = yaml.safe_load(config.read_text())
     cli = FederatedCLI(args=["--config", str(config), f"--trainer.default_root_dir={tmp_path}"], run=False)
     assert isinstance(cli.trainer, FederatedTrainer)
-    assert cli.trainer.run_config["trainer"]["num_clients"] == cli.trainer.num_clients
+    assert cli.trainer.num_clients == raw["trainer"]["num_clients"]
+    for obj, spec in [
+        (cli.trainer.algorithm, raw["trainer"]["algorithm"]),
+        (cli.model, raw["model"]),
+        (cli.datamodule, raw["data"]),
+    ]:
+        assert f"{type(obj).__module__}.{type(obj).__name__}".endswith(spec["class_path"].split(".")[-1])
+    hparams = cli.trainer.algorithm.hparams
+    for key, value in raw["trainer"]["algorithm"].get("init_args", {}).items():
+        assert hparams[key] == value, key  # every hyper-parameter reached the algorithm
+
+
+def test_a_partitioner_instance_can_be_configured_in_yaml(tmp_path):
+    cli = FederatedCLI(
+        args=[
+            "--config",
+            "configs/quickstart.yaml",
+            "--data.init_args.alpha=null",
+            '--data.init_args.partition={"class_path": "lit_asyncfl.data.QuantitySkew", "init_args": {"a": 0.2}}',
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        run=False,
+    )
+    assert repr(cli.datamodule.partitioner) == "QuantitySkew(a=0.2)"
 
 
 def test_print_config_shows_the_resolved_configuration(capsys):

@@ -74,7 +74,7 @@ def test_user_module_and_datamodule_work_unchanged(tmp_path):
 
 
 class ListDataset(Dataset):
-    """Not a TensorDataset: read through the generic path."""
+    """Not a TensorDataset: read through the generic path (labels returned as Python numbers)."""
 
     def __init__(self, x, y):
         self.x, self.y = x, y
@@ -83,7 +83,8 @@ class ListDataset(Dataset):
         return len(self.y)
 
     def __getitem__(self, i):
-        return self.x[i], int(self.y[i])
+        label = self.y[i]
+        return self.x[i], label.item() if isinstance(label, torch.Tensor) else label
 
 
 def test_generic_map_style_dataset_gives_the_same_run_as_tensors(tmp_path):
@@ -208,4 +209,15 @@ def test_tensor_dataset_shards_do_not_copy_per_client():
     x = torch.randn(100, 3)
     shards = ClientShards(x, torch.arange(100), [np.arange(50), np.arange(50, 100)])
     assert shards.inputs.data_ptr() == x.data_ptr()  # one resident copy, indexed per batch
-    assert TensorDataset  # imported for the generic-path test above
+
+
+def test_generic_dataset_keeps_float_targets():
+    from lit_asyncfl.data.shards import dataset_tensors
+
+    targets = [0.6, 0.85, 1.1, 1.35]
+    _, y = dataset_tensors(ListDataset(torch.zeros(4, 2), targets))
+    assert y.dtype == torch.float32 and torch.allclose(y, torch.tensor(targets))
+    _, y_int = dataset_tensors(ListDataset(torch.zeros(3, 2), [2, 0, 1]))
+    assert y_int.dtype == torch.int64 and y_int.tolist() == [2, 0, 1]
+    _, y_tensor = dataset_tensors(TensorDataset(torch.zeros(2, 1), torch.tensor([0.5, 1.5])))
+    assert y_tensor.tolist() == [0.5, 1.5]

@@ -49,8 +49,9 @@ def test_uniform_response_draws_per_job_within_bounds():
         (lambda: UniformRatio(ratio=0.5), r"ratio must be >= 1 \(slowest / fastest\), got 0.5"),
         (lambda: DeviceModel(time_per_sample=-1.0), r"time_per_sample must be > 0, got -1.0"),
         (lambda: DeviceModel(bandwidth=0.0), r"bandwidth must be > 0, got 0.0"),
-        (lambda: UniformResponse(low=-5.0, high=10.0), r"need 0 <= low <= high < inf, got low=-5.0"),
+        (lambda: UniformResponse(low=-5.0, high=10.0), r"need 0 <= low <= high, 0 < high < inf, got low=-5.0"),
         (lambda: UniformResponse(low=10.0, high=5.0), r"got low=10.0, high=5.0"),
+        (lambda: UniformResponse(low=0.0, high=0.0), r"got low=0.0, high=0.0"),  # every job instantaneous
         (lambda: ExponentialCapability(mean=0.0), r"mean must be > 0, got 0.0"),
     ],
 )

@@ -56,3 +56,29 @@ def test_module_without_validation_step_is_scored_from_its_logits():
 )
 def test_find_metric_by_name_suffix(metrics, kind, expected):
     assert find_metric(metrics, kind) == expected
+
+
+def test_logged_torchmetrics_objects_are_computed_once_over_the_set_and_reset():
+    from torchmetrics.classification import MulticlassAccuracy
+
+    class WithMetric(LogisticRegression):
+        def __init__(self):
+            super().__init__(input_dim=5, num_classes=3)
+            self.val_accuracy = MulticlassAccuracy(num_classes=3, average="micro")
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.val_accuracy(self(x), y)
+            self.log("val_acc", self.val_accuracy)
+
+    torch.manual_seed(1)
+    model = WithMetric()
+    x, y = torch.randn(23, 5), torch.randint(0, 3, (23,))
+    batches = [[x[i : i + 10], y[i : i + 10]] for i in range(0, 23, 10)]
+    with torch.no_grad():
+        expected = (model(x).argmax(1) == y).float().mean().item()
+    assert evaluate(model, batches)["val_acc"] == pytest.approx(expected)
+    with torch.no_grad():
+        model.net[-1].weight.zero_()
+        model.net[-1].bias.copy_(torch.tensor([0.0, 0.0, 1.0]))  # always predicts class 2
+    assert evaluate(model, batches)["val_acc"] == pytest.approx((y == 2).float().mean().item())  # no leak

@@ -66,3 +66,4 @@ def test_wandb_logger_in_disabled_mode_runs(tmp_path, monkeypatch):
     trainer = make_trainer(tmp_path, FedAsync(concurrency=2), max_versions=2, logger=logger)
     trainer.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule())
     assert trainer.summary["versions"] == 2
+    logger.experiment.finish()

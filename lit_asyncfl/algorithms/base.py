@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.schedulers.base import Scheduler
 from lit_asyncfl.server.aggregators import Aggregator
 from lit_asyncfl.server.base import ServerCallback
+
+
+def hyperparameters(local_vars: dict[str, Any]) -> dict[str, Any]:
+    """A preset's constructor arguments, from ``locals()`` taken first thing in its ``__init__``.
+
+    Example:
+        >>> def f(self, alpha=0.5):
+        ...     return hyperparameters(locals())
+        >>> f(None)
+        {'alpha': 0.5}
+    """
+    return {k: v for k, v in local_vars.items() if k != "self" and not k.startswith("__")}
 
 
 class Algorithm:
@@ -23,6 +36,7 @@ class Algorithm:
         server_callbacks: Ordered hooks applied to every arriving update.
         client_callbacks: Hooks into local training.
         name: Display name (defaults to the class name).
+        hparams: The preset's own hyper-parameters (recorded with the run and checked on resume).
 
     Example:
         >>> from lit_asyncfl.schedulers import KeepConcurrency
@@ -39,7 +53,9 @@ class Algorithm:
         server_callbacks: Sequence[ServerCallback] = (),
         client_callbacks: Sequence[ClientCallback] = (),
         name: str | None = None,
+        hparams: dict[str, Any] | None = None,
     ) -> None:
+        self.hparams = dict(hparams or {})
         self.scheduler = scheduler
         self.aggregator = aggregator
         self.server_callbacks = list(server_callbacks)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lit_asyncfl.algorithms.base import Algorithm
+from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
 from lit_asyncfl.server.aggregators import Mixing
 from lit_asyncfl.server.staleness_bound import StalenessBound
@@ -13,6 +13,10 @@ class FedAsync(Algorithm):
     r"""Asynchronous mixing with a staleness function.
 
     .. math:: w_t = (1 - \alpha_t) w_{t-1} + \alpha_t w_i, \qquad \alpha_t = \alpha \, s(t - o)
+
+    **Resolution** (spec, common notation): the staleness is :math:`t - o`, with :math:`t` the current global
+    version and :math:`o` the version the client started from, so an update computed from the current model has
+    staleness 0. Xie et al. number server iterations so that such an update has :math:`t - \tau = 1`.
 
     Args:
         alpha: Mixing weight :math:`\alpha \in (0, 1]`.
@@ -36,6 +40,12 @@ class FedAsync(Algorithm):
         concurrency: int | float = 0.1,
         max_staleness: int | None = None,
     ) -> None:
+        hparams = hyperparameters(locals())
         callbacks = [] if max_staleness is None else [StalenessBound(max_staleness)]
         callbacks.append(StalenessWeight(staleness, a=a, b=b))
-        super().__init__(scheduler=KeepConcurrency(concurrency), aggregator=Mixing(alpha), server_callbacks=callbacks)
+        super().__init__(
+            scheduler=KeepConcurrency(concurrency),
+            aggregator=Mixing(alpha),
+            server_callbacks=callbacks,
+            hparams=hparams,
+        )

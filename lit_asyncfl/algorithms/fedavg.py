@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lit_asyncfl.algorithms.base import Algorithm
+from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.schedulers.rounds import SynchronousRounds
 from lit_asyncfl.server.aggregators import ModelAverage
 from lit_asyncfl.server.weights import DataSizeWeight
@@ -22,8 +22,10 @@ class FedAvg(Algorithm):
     """
 
     def __init__(self, clients_per_round: int | float = 0.1) -> None:
+        hparams = hyperparameters(locals())
         super().__init__(
             scheduler=SynchronousRounds(clients_per_round),
             aggregator=ModelAverage(buffer_size=None),
             server_callbacks=[DataSizeWeight()],
+            hparams=hparams,
         )

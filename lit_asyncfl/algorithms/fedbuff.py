@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lit_asyncfl.algorithms.base import Algorithm
+from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
 from lit_asyncfl.server.aggregators import DeltaAverage
 from lit_asyncfl.server.weights import StalenessWeight
@@ -31,9 +31,11 @@ class FedBuff(Algorithm):
         staleness_weighting: bool = True,
         concurrency: int | float = 0.2,
     ) -> None:
+        hparams = hyperparameters(locals())
         callbacks = [StalenessWeight("polynomial", a=0.5)] if staleness_weighting else []
         super().__init__(
             scheduler=KeepConcurrency(concurrency),
             aggregator=DeltaAverage(buffer_size=buffer_size, server_lr=server_lr),
             server_callbacks=callbacks,
+            hparams=hparams,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lit_asyncfl.algorithms.base import hyperparameters
 from lit_asyncfl.algorithms.fedavg import FedAvg
 from lit_asyncfl.client.callbacks import ProximalTerm
 
@@ -19,5 +20,7 @@ class FedProx(FedAvg):
     """
 
     def __init__(self, mu: float = 0.01, clients_per_round: int | float = 0.1) -> None:
+        hparams = hyperparameters(locals())
         super().__init__(clients_per_round=clients_per_round)
         self.client_callbacks = [ProximalTerm(mu)]
+        self.hparams = hparams

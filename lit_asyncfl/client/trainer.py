@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
@@ -96,11 +98,14 @@ class LocalTrainer:
         module = self.module
         self.flat.load(start_weights)
         module.train()
-        # Seed only the generators this job can touch: torch.manual_seed would also walk every lazy
-        # accelerator backend (milliseconds per call, more than a small local training).
+        # Seed every generator user code may draw from, from the job's own seed, so a job's result does not
+        # depend on what ran before it. (torch.manual_seed would also walk every lazy accelerator backend:
+        # milliseconds per call, more than a small local training.)
         torch.default_generator.manual_seed(job.seed)
         if self.device.type == "cuda":
             torch.cuda.manual_seed(job.seed)
+        random.seed(job.seed)
+        np.random.seed(job.seed % 2**32)
         generator = torch.Generator().manual_seed(job.seed)
         optimizer, schedulers = parse_optimizers(module.configure_optimizers())
         for cb in self.callbacks:

@@ -7,12 +7,15 @@ from torch import Tensor, nn
 
 
 class FlatParameters:
-    """A module's parameters and floating-point buffers as views into one contiguous vector.
+    """A module's parameters and persistent floating-point buffers as views into one contiguous vector.
 
-    After binding, ``flat`` *is* the module's state: ``load(w)`` is a single ``copy_`` and ``read()`` a single
-    ``clone``. Integer buffers (e.g. BatchNorm's ``num_batches_tracked``) are left as they are. Parameters come
-    first, in ``module.parameters()`` order, then floating buffers in ``module.buffers()`` order; ``param_numel``
-    is the length of the parameter part.
+    After binding, ``flat`` *is* the module's trainable state: ``load(w)`` is a single ``copy_`` and ``read()`` a
+    single ``clone``. Parameters come first, in ``module.parameters()`` order, then persistent floating buffers
+    (e.g. BatchNorm running statistics); ``param_numel`` is the length of the parameter part.
+
+    Every other buffer — integer ones such as BatchNorm's ``num_batches_tracked`` and non-persistent ones such as
+    attention masks — is not part of the weights that travel between clients and server: :meth:`load` restores it
+    to its value at binding time, so each local training starts from the same state whatever ran before.
 
     Args:
         module: The module to bind; its parameters are re-pointed to views of the new flat tensor.
@@ -29,13 +32,23 @@ class FlatParameters:
 
     def __init__(self, module: nn.Module) -> None:
         params = list(module.parameters())
-        buffers = [
-            (mod, name, buf)
-            for mod in module.modules()
-            for name, buf in mod._buffers.items()
-            if buf is not None and buf.is_floating_point()
-        ]
-        tensors = [p.data for p in params] + [b for _, _, b in buffers]
+        flat_buffers: list[tuple[nn.Module, str, Tensor]] = []
+        fixed: list[tuple[Tensor, Tensor]] = []
+        seen: set[int] = set()
+        unique_flat: list[Tensor] = []
+        for mod in module.modules():
+            for name, buf in mod._buffers.items():
+                if buf is None:
+                    continue
+                first = id(buf) not in seen
+                seen.add(id(buf))
+                if buf.is_floating_point() and name not in mod._non_persistent_buffers_set:
+                    flat_buffers.append((mod, name, buf))  # a shared buffer is re-pointed in every module
+                    if first:
+                        unique_flat.append(buf)
+                elif first:
+                    fixed.append((buf, buf.detach().clone()))
+        tensors = [p.data for p in params] + unique_flat
         if not tensors:
             raise ValueError(f"{type(module).__name__} has no floating-point parameters or buffers to train")
         dtypes = {t.dtype for t in tensors}
@@ -51,10 +64,14 @@ class FlatParameters:
         for p in params:
             p.data = self.flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
-        for mod, name, buf in buffers:
-            mod._buffers[name] = self.flat[offset : offset + buf.numel()].view_as(buf)
-            offset += buf.numel()
+        views: dict[int, Tensor] = {}
+        for mod, name, buf in flat_buffers:
+            if id(buf) not in views:
+                views[id(buf)] = self.flat[offset : offset + buf.numel()].view_as(buf)
+                offset += buf.numel()
+            mod._buffers[name] = views[id(buf)]
         self.params = params
+        self._fixed = fixed
 
     @property
     def numel(self) -> int:
@@ -67,9 +84,11 @@ class FlatParameters:
         return self.flat.numel() * self.flat.element_size()
 
     def load(self, weights: Tensor) -> None:
-        """Copy ``weights`` into the module in one operation."""
+        """Copy ``weights`` into the module in one operation (and reset the buffers outside the flat vector)."""
         with torch.no_grad():
             self.flat.copy_(weights)
+            for buf, initial in self._fixed:
+                buf.copy_(initial)
 
     def param_views(self, weights: Tensor) -> list[Tensor]:
         """Views of a flat vector shaped like the module's parameters (same order as ``self.params``)."""

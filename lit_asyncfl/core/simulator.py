@@ -72,6 +72,7 @@ class Simulator:
         self._snapshot_refs: Counter[int] = Counter()
         self.next_job_id = 0
         self.events_processed = 0
+        self.stalled_arrivals = 0
         self.on_new_version: Callable[[], None] | None = None
 
     # -- time and state seen by schedulers -------------------------------------------------------------------------
@@ -144,24 +145,36 @@ class Simulator:
         max_virtual_time: float | None = None,
         max_versions: int | None = None,
         after_event: Callable[[], bool] | None = None,
-    ) -> None:
+        max_stalled_arrivals: int | None = None,
+    ) -> str:
         """Process events in (virtual time, sequence) order until a budget is reached or the queue is empty.
 
         Args:
             max_virtual_time: Process events up to and including this virtual time.
             max_versions: Stop once the global version reaches this number.
             after_event: Called after each event; returning ``True`` stops the loop.
+            max_stalled_arrivals: Stop when this many updates in a row arrived without producing a new global
+                version (every one rejected or discarded): the run can make no more progress.
+
+        Returns:
+            Why the loop stopped: ``"max_versions"``, ``"max_virtual_time"``, ``"queue_empty"``, ``"stopped"``
+            (``after_event`` asked) or ``"stalled"``.
         """
         while self.queue:
             if max_versions is not None and self.server.version >= max_versions:
-                break
+                return "max_versions"
             head = self.queue.peek()
             assert head is not None
             if max_virtual_time is not None and head.time > max_virtual_time:
-                break
+                return "max_virtual_time"
             self.step()
             if after_event is not None and after_event():
-                break
+                return "stopped"
+            if max_stalled_arrivals is not None and self.stalled_arrivals >= max_stalled_arrivals:
+                return "stalled"
+        if max_versions is not None and self.server.version >= max_versions:
+            return "max_versions"
+        return "queue_empty"
 
     def step(self) -> None:
         """Process the next event."""
@@ -178,10 +191,12 @@ class Simulator:
         update = self.executor.result(job_id)
         self.busy[job.client] = False
         self._release_snapshot(job.base_version)
+        version = self.server.version
         aggregated = self.server.receive(update)
         if aggregated and self.on_new_version is not None:
             self.on_new_version()
         self.scheduler.on_update(self, job, aggregated)
+        self.stalled_arrivals = 0 if self.server.version > version else self.stalled_arrivals + 1
 
     def _hold_snapshot(self, version: int, weights: Tensor) -> None:
         self.snapshots.setdefault(version, weights)
@@ -207,6 +222,7 @@ class Simulator:
             "rng": self.rng.bit_generator.state,
             "next_job_id": self.next_job_id,
             "events_processed": self.events_processed,
+            "stalled_arrivals": self.stalled_arrivals,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -224,6 +240,7 @@ class Simulator:
         self.rng.bit_generator.state = state["rng"]
         self.next_job_id = int(state["next_job_id"])
         self.events_processed = int(state["events_processed"])
+        self.stalled_arrivals = int(state["stalled_arrivals"])
         self.in_flight, self.snapshots, self._snapshot_refs = {}, {}, Counter()
         for job_state in sorted(state["in_flight"], key=lambda s: s["job_id"]):
             job = ClientJob.from_state_dict(job_state)

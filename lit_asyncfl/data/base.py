@@ -22,7 +22,7 @@ class FederatedDataModule(L.LightningDataModule):
     Args:
         partition: ``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"`` or a
             :class:`~lit_asyncfl.data.partition.Partitioner`.
-        alpha: Dirichlet concentration (used when ``partition="dirichlet"``).
+        alpha: Dirichlet concentration for ``partition="dirichlet"`` (default 0.5); an error with other partitions.
         batch_size: Local mini-batch size of clients.
         eval_batch_size: Batch size of global evaluation.
     """
@@ -30,7 +30,7 @@ class FederatedDataModule(L.LightningDataModule):
     def __init__(
         self,
         partition: str | Partitioner = "iid",
-        alpha: float = 0.5,
+        alpha: float | None = None,
         batch_size: int = 10,
         eval_batch_size: int = 512,
     ) -> None:
@@ -108,7 +108,9 @@ class PartitionedDataModule(FederatedDataModule):
         5
     """
 
-    def __init__(self, datamodule: L.LightningDataModule, partition: str | Partitioner = "iid", alpha: float = 0.5):
+    def __init__(
+        self, datamodule: L.LightningDataModule, partition: str | Partitioner = "iid", alpha: float | None = None
+    ) -> None:
         super().__init__(partition=partition, alpha=alpha)
         self.datamodule = datamodule
         self._train_loader: DataLoader | None = None

@@ -17,7 +17,7 @@ class DigitsDataModule(FederatedDataModule):
 
     Args:
         partition: ``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"`` or a partitioner instance.
-        alpha: Dirichlet concentration (``partition="dirichlet"``).
+        alpha: Dirichlet concentration for ``partition="dirichlet"`` (default 0.5); an error with other partitions.
         batch_size: Local mini-batch size.
         eval_batch_size: Batch size of global evaluation.
         test_fraction: Fraction of the data held out for testing.
@@ -37,7 +37,7 @@ class DigitsDataModule(FederatedDataModule):
     def __init__(
         self,
         partition: str | Partitioner = "iid",
-        alpha: float = 0.5,
+        alpha: float | None = None,
         batch_size: int = 10,
         eval_batch_size: int = 512,
         test_fraction: float = 0.2,

@@ -169,15 +169,24 @@ PARTITIONERS: dict[str, type[Partitioner]] = {
 }
 
 
-def resolve_partitioner(partition: str | Partitioner, alpha: float = 0.5) -> Partitioner:
+def resolve_partitioner(partition: str | Partitioner, alpha: float | None = None) -> Partitioner:
     """Turn a name (``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"``) or an instance into a partitioner.
+
+    ``alpha`` is the Dirichlet concentration (default 0.5) and only goes with ``"dirichlet"``; other settings
+    are given by passing an instance, e.g. ``QuantitySkew(a=0.2)`` or ``Shards(shards_per_client=3)``.
 
     Example:
         >>> resolve_partitioner("dirichlet", alpha=0.1)
         Dirichlet(alpha=0.1, min_samples=1)
     """
     if isinstance(partition, Partitioner):
+        if alpha is not None:
+            raise ValueError(f"alpha={alpha} goes with partition='dirichlet'; set it on {partition!r} instead")
         return partition
     if partition not in PARTITIONERS:
         raise ValueError(f"unknown partition {partition!r}; allowed: {sorted(PARTITIONERS)} or a Partitioner")
-    return Dirichlet(alpha) if partition == "dirichlet" else PARTITIONERS[partition]()
+    if partition == "dirichlet":
+        return Dirichlet(0.5 if alpha is None else alpha)
+    if alpha is not None:
+        raise ValueError(f"alpha={alpha} only applies to partition='dirichlet', not {partition!r}")
+    return PARTITIONERS[partition]()

@@ -144,21 +144,22 @@ def dataset_tensors(dataset: Dataset) -> tuple[Tensor, Tensor] | None:
     if not (isinstance(first, (tuple, list)) and len(first) == 2 and isinstance(first[0], Tensor)):
         return None
     label = first[1]
-    if not (isinstance(label, int) or (isinstance(label, Tensor) and label.numel() == 1)):
+    if not (isinstance(label, (int, float)) or (isinstance(label, Tensor) and label.numel() == 1)):
         return None
     if n * first[0].numel() * first[0].element_size() > RESIDENT_BYTES_LIMIT:
         return None
-    inputs = torch.stack([dataset[i][0] for i in range(n)])
-    targets = torch.as_tensor([int(dataset[i][1]) for i in range(n)], dtype=torch.long)
+    items = [dataset[i] for i in range(n)]
+    inputs = torch.stack([item[0] for item in items])
+    targets = torch.stack([torch.as_tensor(item[1]).reshape(()) for item in items])  # keeps the label dtype
     return inputs, targets
 
 
 def dataset_targets(dataset: Dataset) -> np.ndarray:
-    """Integer labels of every sample (from ``targets``/``labels`` attributes, tensors, or by reading)."""
+    """Labels of every sample (from ``targets``/``labels`` attributes, tensors, or by reading)."""
     tensors = dataset_tensors(dataset) if isinstance(dataset, (TensorDataset, Subset)) else None
     if tensors is not None:
         return tensors[1].cpu().numpy()
     for attr in ("targets", "labels"):
         if hasattr(dataset, attr):
             return np.asarray(getattr(dataset, attr))
-    return np.asarray([int(dataset[i][1]) for i in range(len(dataset))])  # type: ignore[arg-type]
+    return np.asarray([np.asarray(dataset[i][1]).item() for i in range(len(dataset))])  # type: ignore[arg-type]
