@@ -356,6 +356,7 @@ class FederatedTrainer:
             device_model=self.device_model,
             num_samples=[shards.num_samples(c) for c in range(self.num_clients)],
             local_epochs=self.local_epochs,
+            batch_size=dm.batch_size,
             seed=self.seed,
             model_bytes=self._flat.nbytes,
             client_callbacks=algo.client_callbacks,

@@ -150,9 +150,14 @@ class ReversedExecutor(SequentialExecutor):
         self.done = {}
         self.compute_order = []
 
-    def result(self, job_id):
+    def result(self, job_id, fresh=None):
+        if job_id in self._pending and self._pending[job_id][0].request_step is not None:
+            job, start = self._pending.pop(job_id)  # a request event: computed at its virtual time
+            return self.trainer.train(job, start, fresh)
         if job_id not in self.done:
             for jid in sorted(self._pending, reverse=True):
+                if self._pending[jid][0].request_step is not None:
+                    continue  # waits for its request event
                 job, start = self._pending.pop(jid)
                 self.compute_order.append(jid)
                 self.done[jid] = self.trainer.train(job, start)

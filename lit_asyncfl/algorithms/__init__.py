@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm
+from lit_asyncfl.algorithms.fedasmu import FedASMU, FedASMU_0, FedASMU_DA, FedASMU_FA
 from lit_asyncfl.algorithms.fedasync import FedAsync
 from lit_asyncfl.algorithms.fedavg import FedAvg
 from lit_asyncfl.algorithms.fedbuff import FedBuff
@@ -13,6 +14,10 @@ PRESETS: dict[str, type[Algorithm]] = {
     "fedprox": FedProx,
     "fedasync": FedAsync,
     "fedbuff": FedBuff,
+    "fedasmu": FedASMU,
+    "fedasmu-da": FedASMU_DA,
+    "fedasmu-fa": FedASMU_FA,
+    "fedasmu-0": FedASMU_0,
 }
 
 
@@ -29,4 +34,16 @@ def get_algorithm(name: str) -> Algorithm:
     return PRESETS[key]()
 
 
-__all__ = ["PRESETS", "Algorithm", "FedAsync", "FedAvg", "FedBuff", "FedProx", "get_algorithm"]
+__all__ = [
+    "PRESETS",
+    "Algorithm",
+    "FedASMU",
+    "FedASMU_0",
+    "FedASMU_DA",
+    "FedASMU_FA",
+    "FedAsync",
+    "FedAvg",
+    "FedBuff",
+    "FedProx",
+    "get_algorithm",
+]

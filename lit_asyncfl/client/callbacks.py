@@ -27,8 +27,21 @@ class ClientCallback:
     def on_fit_start(self, num_clients: int) -> None:
         """Called when a run starts: reset per-run state."""
 
+    def request_step(self, job: ClientJob) -> int | None:
+        """At dispatch: after how many local steps (1..``job.num_steps``) the device asks the server for the
+        global model current at that virtual moment; ``None`` for no request. The first callback that returns a
+        step decides."""
+        return None
+
     def on_train_start(self, trainer: LocalTrainer, job: ClientJob, start_weights: Tensor) -> None:
         """Called after the start model is loaded, before the first local step."""
+
+    def on_fresh_model(
+        self, trainer: LocalTrainer, job: ClientJob, fresh_weights: Tensor, fresh_version: int, batch: Any
+    ) -> None:
+        """Called at the requested step when the server had a newer model (version ``fresh_version`` >
+        ``job.base_version``); ``batch`` is the mini-batch of the last local step. The module's weights
+        (``trainer.flat.flat``) may be modified in place; training then continues from them."""
 
     def on_after_backward(self, trainer: LocalTrainer, job: ClientJob) -> None:
         """Called after ``loss.backward()`` and before ``optimizer.step()``: gradients can be modified."""

@@ -93,8 +93,12 @@ class LocalTrainer:
         self.callbacks = list(callbacks)
         self.device = torch.device(device)
 
-    def train(self, job: ClientJob, start_weights: Tensor) -> ClientUpdate:
-        """Run ``job.local_epochs`` epochs from ``start_weights`` and return the update."""
+    def train(self, job: ClientJob, start_weights: Tensor, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
+        """Run ``job.local_epochs`` epochs from ``start_weights`` and return the update.
+
+        ``fresh`` is the server's answer to the job's request (weights and version of the global model current at
+        the request), handed to the callbacks' ``on_fresh_model`` after ``job.request_step`` steps.
+        """
         module = self.module
         self.flat.load(start_weights)
         module.train()
@@ -108,12 +112,21 @@ class LocalTrainer:
         np.random.seed(job.seed % 2**32)
         generator = torch.Generator().manual_seed(job.seed)
         optimizer, schedulers = parse_optimizers(module.configure_optimizers())
+        self.optimizer = optimizer
+        #: Extras of the job in progress, copied into ``update.info`` (callbacks add to it).
+        self.job_info: dict[str, Any] = {"lr": float(optimizer.param_groups[0]["lr"])}
         for cb in self.callbacks:
             cb.on_train_start(self, job, start_weights)
         loss_sum = torch.zeros((), device=self.device)
         steps = 0
+        interact_at = job.request_step if fresh is not None else None
+        last_batch = None
         for _ in range(job.local_epochs):
             for batch_idx, batch in enumerate(self.shards.batches(job.client, self.batch_size, generator)):
+                if steps == interact_at:
+                    self._fresh_model(job, fresh, last_batch)
+                    interact_at = None
+                last_batch = batch
                 out = module.training_step(batch, batch_idx)
                 loss = out["loss"] if isinstance(out, dict) else out
                 if loss is None:  # Lightning semantics: skip this batch
@@ -131,6 +144,8 @@ class LocalTrainer:
             for sched, interval in schedulers:
                 if interval == "epoch":
                     sched.step()
+        if interact_at is not None:  # the request comes after the last step
+            self._fresh_model(job, fresh, last_batch)
         update = ClientUpdate(
             job=job,
             weights=self.flat.read(),
@@ -138,10 +153,16 @@ class LocalTrainer:
             num_samples=self.shards.num_samples(job.client),
             num_steps=steps,
             train_loss=float(loss_sum) / steps if steps else float("nan"),
+            info=self.job_info,
         )
         for cb in self.callbacks:
             cb.on_train_end(self, job, update)
         return update
+
+    def _fresh_model(self, job: ClientJob, fresh: tuple[Tensor, int] | None, batch: Any) -> None:
+        assert fresh is not None
+        for cb in self.callbacks:
+            cb.on_fresh_model(self, job, fresh[0], fresh[1], batch)
 
 
 class SequentialExecutor:
@@ -166,7 +187,7 @@ class SequentialExecutor:
         """Forget a job whose update will never be consumed."""
         self._pending.pop(job_id, None)
 
-    def result(self, job_id: int) -> ClientUpdate:
-        """Compute (if needed) and return the update of a job."""
+    def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
+        """Compute and return the update of a job (``fresh``: the answer to its server request, if any)."""
         job, start = self._pending.pop(job_id)
-        return self.trainer.train(job, start)
+        return self.trainer.train(job, start, fresh)

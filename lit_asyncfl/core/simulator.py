@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -14,9 +15,21 @@ from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.core.clock import Event, EventQueue
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.update import ClientJob
+from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.devices import DeviceModel, DeviceProfiles
 from lit_asyncfl.schedulers.base import Scheduler
+
+
+def samples_before_step(num_samples: int, batch_size: int, step: int) -> int:
+    """Training samples processed by the first ``step`` local steps (epochs of ``ceil(n / batch_size)`` steps).
+
+    Example:
+        >>> samples_before_step(25, 10, 3), samples_before_step(25, 10, 4), samples_before_step(25, 10, 6)
+        (25, 35, 50)
+    """
+    per_epoch = math.ceil(num_samples / batch_size)
+    epochs, within = divmod(step, per_epoch)
+    return epochs * num_samples + min(within * batch_size, num_samples)
 
 
 class Simulator:
@@ -34,6 +47,7 @@ class Simulator:
         device_model: Simulated device durations.
         num_samples: Number of training samples of each client.
         local_epochs: Local epochs ``E`` per job.
+        batch_size: Local mini-batch size (to know how many steps a job takes).
         seed: Run seed (device profiles, client choice, per-job seeds).
         model_bytes: Bytes of one model transfer.
         client_callbacks: Client callbacks (their state is checkpointed with the simulation).
@@ -47,6 +61,7 @@ class Simulator:
         device_model: DeviceModel,
         num_samples: Sequence[int],
         local_epochs: int,
+        batch_size: int,
         seed: int,
         model_bytes: int,
         client_callbacks: Sequence[ClientCallback] = (),
@@ -58,6 +73,7 @@ class Simulator:
         self.num_clients = len(num_samples)
         self.num_samples = np.asarray(num_samples, dtype=np.int64)
         self.local_epochs = local_epochs
+        self.batch_size = batch_size
         self.seed = seed
         self.model_bytes = model_bytes
         self.client_callbacks = list(client_callbacks)
@@ -68,6 +84,7 @@ class Simulator:
         self.queue = EventQueue()
         self.busy = np.zeros(self.num_clients, dtype=bool)
         self.in_flight: dict[int, ClientJob] = {}
+        self.ready: dict[int, ClientUpdate] = {}  # updates computed at a request event, waiting for arrival
         self.snapshots: dict[int, Tensor] = {}
         self._snapshot_refs: Counter[int] = Counter()
         self.next_job_id = 0
@@ -100,13 +117,14 @@ class Simulator:
         return self.queue.push(time, kind, **data)
 
     def dispatch(self, client: int) -> ClientJob:
-        """Send the current global model to an idle client and schedule its arrival."""
+        """Send the current global model to an idle client and schedule its request or arrival."""
         client = int(client)
         if self.busy[client]:
             raise RuntimeError(f"client {client} is already training")
         job_id = self.next_job_id
         self.next_job_id += 1
-        work = int(self.num_samples[client]) * self.local_epochs
+        n = int(self.num_samples[client])
+        work = n * self.local_epochs
         timing = self.device_model.job_timing(self.profiles, client, work, self.model_bytes, self.rng)
         job = ClientJob(
             job_id=job_id,
@@ -116,13 +134,23 @@ class Simulator:
             timing=timing,
             seed=derive_seed(self.seed, client, job_id),
             local_epochs=self.local_epochs,
+            num_steps=self.local_epochs * math.ceil(n / self.batch_size),
         )
         self.busy[client] = True
         self.in_flight[job_id] = job
         self._hold_snapshot(job.base_version, self.server.weights)
         self.server.stats.bytes_down += self.model_bytes
         self.executor.submit(job, self.snapshots[job.base_version])
-        self.queue.push(job.arrival_time, "arrival", job_id=job_id)
+        step = next((k for cb in self.client_callbacks if (k := cb.request_step(job)) is not None), None)
+        if step is None:
+            job.arrival_time = self.now + timing.total
+            self.queue.push(job.arrival_time, "arrival", job_id=job_id)
+        else:
+            if not 1 <= step <= job.num_steps:
+                raise ValueError(f"request_step must be in [1, {job.num_steps}] for client {client}, got {step}")
+            job.request_step = step
+            job.request_fraction = samples_before_step(n, self.batch_size, step) / work
+            self.queue.push(job.request_time, "request", job_id=job_id)
         return job
 
     def flush(self) -> bool:
@@ -182,13 +210,34 @@ class Simulator:
         self.server.now = event.time
         if event.kind == "arrival":
             self._arrival(event.data["job_id"])
+        elif event.kind == "request":
+            self._request(event.data["job_id"])
         else:
             self.scheduler.on_event(self, event)
         self.events_processed += 1
 
+    def _request(self, job_id: int) -> None:
+        """A device asks for the global model current now; it gets it only if newer than its start model.
+
+        The job is computed here, at the request's virtual time, because what the device learns from the merge
+        (e.g. FedASMU's reward) may update shared state that later dispatches read.
+        """
+        job = self.in_flight[job_id]
+        server = self.server
+        newer = server.version > job.base_version
+        fresh = (server.weights, server.version) if newer else None
+        extra_download = job.timing.download if newer else 0.0
+        if newer:
+            job.fresh_version = server.version
+            server.stats.bytes_down += self.model_bytes
+        self.ready[job_id] = self.executor.result(job_id, fresh=fresh)
+        remaining = job.timing.compute * (1.0 - job.request_fraction)
+        job.arrival_time = self.now + extra_download + remaining + job.timing.upload
+        self.queue.push(job.arrival_time, "arrival", job_id=job_id)
+
     def _arrival(self, job_id: int) -> None:
         job = self.in_flight.pop(job_id)
-        update = self.executor.result(job_id)
+        update = self.ready.pop(job_id) if job_id in self.ready else self.executor.result(job_id)
         self.busy[job.client] = False
         self._release_snapshot(job.base_version)
         version = self.server.version
@@ -218,6 +267,7 @@ class Simulator:
             "queue": self.queue.state_dict(),
             "busy": torch.from_numpy(self.busy.copy()),
             "in_flight": [job.state_dict() for job in self.in_flight.values()],
+            "ready": {job_id: update.state_dict() for job_id, update in self.ready.items()},
             "snapshots": dict(self.snapshots),
             "rng": self.rng.bit_generator.state,
             "next_job_id": self.next_job_id,
@@ -242,8 +292,10 @@ class Simulator:
         self.events_processed = int(state["events_processed"])
         self.stalled_arrivals = int(state["stalled_arrivals"])
         self.in_flight, self.snapshots, self._snapshot_refs = {}, {}, Counter()
+        self.ready = {int(k): ClientUpdate.from_state_dict(v) for k, v in state["ready"].items()}
         for job_state in sorted(state["in_flight"], key=lambda s: s["job_id"]):
             job = ClientJob.from_state_dict(job_state)
             self.in_flight[job.job_id] = job
             self._hold_snapshot(job.base_version, state["snapshots"][job.base_version])
-            self.executor.submit(job, self.snapshots[job.base_version])
+            if job.job_id not in self.ready:
+                self.executor.submit(job, self.snapshots[job.base_version])

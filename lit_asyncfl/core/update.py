@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,15 +33,24 @@ class JobTiming:
 class ClientJob:
     """One dispatch of a client: which model it starts from, when it left and when its update arrives.
 
+    A job may pause once for a server interaction (FedASMU's fresh-model request): after ``request_step`` local
+    steps, at :attr:`request_time`, the device asks for the global model current at that moment; its download
+    (when newer) delays the arrival.
+
     Args:
         job_id: Unique id, in dispatch order.
         client: Client index.
         base_version: Global version ``o`` of the model the client starts from.
         dispatch_time: Virtual time of the dispatch.
-        timing: Simulated durations; the update arrives at ``dispatch_time + timing.total``.
+        timing: Simulated durations of the job without any extra download.
         seed: Seed of the job's local randomness (batch order, dropout), derived from the run seed, the client and
             the job id so that it does not depend on the order in which jobs are computed.
         local_epochs: Number of local epochs ``E``.
+        num_steps: Number of local optimizer steps planned (``E * ceil(n_i / batch_size)``).
+        request_step: Local steps done before the server interaction, or ``None`` for none.
+        request_fraction: Fraction of the compute time spent before the interaction.
+        fresh_version: Version of the fresh model received at the interaction (``None``: none newer).
+        arrival_time: Virtual time at which the update reaches the server (set by the simulator).
     """
 
     job_id: int
@@ -50,11 +60,16 @@ class ClientJob:
     timing: JobTiming
     seed: int
     local_epochs: int
+    num_steps: int = 0
+    request_step: int | None = None
+    request_fraction: float = 0.0
+    fresh_version: int | None = None
+    arrival_time: float = math.nan
 
     @property
-    def arrival_time(self) -> float:
-        """Virtual time at which the update reaches the server."""
-        return self.dispatch_time + self.timing.total
+    def request_time(self) -> float:
+        """Virtual time of the server interaction: download, then the compute before ``request_step``."""
+        return self.dispatch_time + self.timing.download + self.timing.compute * self.request_fraction
 
     def state_dict(self) -> dict[str, Any]:
         """Plain state for checkpoints."""

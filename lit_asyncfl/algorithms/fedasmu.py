@@ -1,0 +1,167 @@
+"""FedASMU (Liu et al., AAAI 2024) and its ablations."""
+
+from __future__ import annotations
+
+from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
+from lit_asyncfl.client.fresh_merge import FreshModelMerge
+from lit_asyncfl.client.time_slots import TimeSlotSelector
+from lit_asyncfl.schedulers.periodic import PeriodicTrigger
+from lit_asyncfl.server.aggregators import Mixing
+from lit_asyncfl.server.dynamic_weight import DynamicStalenessWeight
+from lit_asyncfl.server.staleness_bound import StalenessBound
+from lit_asyncfl.server.weights import StalenessWeight
+
+
+class FedASMU(Algorithm):
+    r"""Asynchronous staleness-aware model update: dynamic server weights and fresh-model merging on devices.
+
+    System (Alg. 1): every ``period`` virtual seconds the server starts ``clients_per_trigger`` idle devices
+    (:math:`m'`) while fewer than ``max_parallel`` train. An upload with FedASMU staleness
+    :math:`\tau_i = t - o + 1 > \tau` (``tau_max``) is discarded; otherwise
+    :math:`w_{t+1} = (1 - \alpha) w_t + \alpha w_i` with the learned :math:`\alpha` of
+    :class:`~lit_asyncfl.server.dynamic_weight.DynamicStalenessWeight`. Devices (Alg. 2) request the fresh global
+    model after an RL-chosen slot and merge it (:class:`~lit_asyncfl.client.fresh_merge.FreshModelMerge`).
+
+    ``dynamic_weights=False`` replaces the learned weight by FedAsync's static
+    :math:`\alpha = \text{static\_alpha} \cdot (t - o + 1)^{-\text{static\_a}}`; ``fresh_merge=False`` removes the
+    fresh-model request. Ablation presets: :class:`FedASMU_DA`, :class:`FedASMU_FA`, :class:`FedASMU_0`.
+
+    Defaults: the paper's system setup (m' = 10, T = 10, tau = 99, 10% parallelism) and control learning rates
+    (1e-4, Table 5); the initial control values and :math:`\mu` are not given in the paper and are chosen so that
+    :math:`\alpha` starts near FedAsync's and :math:`\beta` is 0.1-0.5 over the first thousands of versions
+    (``lambda0 = sigma0 = 1``, ``iota0 = 0.2``, ``mu_alpha = 1``; ``gamma0 = 10``, ``upsilon0 = 0.5``,
+    ``mu_beta = 1``).
+
+    Args:
+        period: Trigger period :math:`\mathcal{T}` (virtual seconds).
+        clients_per_trigger: :math:`m'` (count or fraction).
+        max_parallel: Most devices training at once (count or fraction; 10% in the paper).
+        tau_max: Staleness bound :math:`\tau` on :math:`t - o + 1`.
+        dynamic_weights: Learn :math:`\alpha` per device (False: static polynomial weight).
+        fresh_merge: Request and merge the fresh global model during local training.
+        mu_alpha: :math:`\mu_\alpha`.
+        lambda0: Initial :math:`\lambda_i`.
+        sigma0: Initial :math:`\sigma_i`.
+        iota0: Initial :math:`\iota_i`.
+        lr_lambda: :math:`\eta_\lambda`.
+        lr_sigma: :math:`\eta_\sigma`.
+        lr_iota: :math:`\eta_\iota`.
+        static_alpha: Base weight when ``dynamic_weights=False``.
+        static_a: Polynomial exponent when ``dynamic_weights=False``.
+        mu_beta: :math:`\mu_\beta`.
+        gamma0: Initial :math:`\gamma_i`.
+        upsilon0: Initial :math:`\upsilon_i`.
+        lr_gamma: :math:`\eta_\gamma`.
+        lr_upsilon: :math:`\eta_\upsilon`.
+        num_slots: Number of request slots ``L`` (equal fractions of the local steps).
+        epsilon: Q-learning exploration rate.
+        q_lr: Q-learning rate :math:`\phi`.
+        discount: Q-learning discount :math:`\psi`.
+        baseline_rate: REINFORCE baseline rate :math:`\rho`.
+        rl_lr: Meta-policy learning rate :math:`\eta_{RL}`.
+        policy_path: A saved meta-policy to start from.
+
+    Example:
+        >>> algo = FedASMU()
+        >>> [type(cb).__name__ for cb in algo.server_callbacks], [type(cb).__name__ for cb in algo.client_callbacks]
+        (['StalenessBound', 'DynamicStalenessWeight'], ['FreshModelMerge'])
+    """
+
+    def __init__(
+        self,
+        period: float = 10.0,
+        clients_per_trigger: int | float = 10,
+        max_parallel: int | float = 0.1,
+        tau_max: int = 99,
+        dynamic_weights: bool = True,
+        fresh_merge: bool = True,
+        mu_alpha: float = 1.0,
+        lambda0: float = 1.0,
+        sigma0: float = 1.0,
+        iota0: float = 0.2,
+        lr_lambda: float = 1e-4,
+        lr_sigma: float = 1e-4,
+        lr_iota: float = 1e-4,
+        static_alpha: float = 0.6,
+        static_a: float = 0.5,
+        mu_beta: float = 1.0,
+        gamma0: float = 10.0,
+        upsilon0: float = 0.5,
+        lr_gamma: float = 1e-4,
+        lr_upsilon: float = 1e-4,
+        num_slots: int = 5,
+        epsilon: float = 0.1,
+        q_lr: float = 0.1,
+        discount: float = 0.9,
+        baseline_rate: float = 0.1,
+        rl_lr: float = 1e-3,
+        policy_path: str | None = None,
+    ) -> None:
+        hparams = hyperparameters(locals())
+        if tau_max < 1:
+            raise ValueError(f"tau_max bounds t - o + 1 and must be >= 1, got {tau_max}")
+        server_callbacks = [StalenessBound(max_staleness=tau_max - 1)]  # t - o + 1 > tau  <=>  t - o > tau - 1
+        if dynamic_weights:
+            server_callbacks.append(
+                DynamicStalenessWeight(mu_alpha, lambda0, sigma0, iota0, lr_lambda, lr_sigma, lr_iota)
+            )
+            aggregator = Mixing(alpha=1.0)
+        else:
+            server_callbacks.append(StalenessWeight("polynomial", a=static_a))
+            aggregator = Mixing(alpha=static_alpha)
+        client_callbacks = []
+        if fresh_merge:
+            selector = TimeSlotSelector(
+                num_slots, epsilon, q_lr, discount, baseline_rate, rl_lr, policy_path=policy_path
+            )
+            client_callbacks.append(FreshModelMerge(mu_beta, gamma0, upsilon0, lr_gamma, lr_upsilon, selector))
+        name = {(True, True): "FedASMU", (False, True): "FedASMU-DA", (True, False): "FedASMU-FA"}.get(
+            (dynamic_weights, fresh_merge), "FedASMU-0"
+        )
+        super().__init__(
+            scheduler=PeriodicTrigger(period, clients_per_trigger, max_parallel),
+            aggregator=aggregator,
+            server_callbacks=server_callbacks,
+            client_callbacks=client_callbacks,
+            name=name,
+            hparams=hparams,
+        )
+
+
+class FedASMU_DA(FedASMU):
+    """FedASMU-DA: FedASMU without dynamic server weights (static polynomial weight), with fresh-model merging.
+
+    Takes the same arguments as :class:`FedASMU` (``dynamic_weights`` is fixed to False).
+
+    Example:
+        >>> FedASMU_DA().name
+        'FedASMU-DA'
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**{**kwargs, "dynamic_weights": False})
+
+
+class FedASMU_FA(FedASMU):
+    """FedASMU-FA: FedASMU without the fresh-model merge, with dynamic server weights.
+
+    Example:
+        >>> FedASMU_FA().client_callbacks
+        []
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**{**kwargs, "fresh_merge": False})
+
+
+class FedASMU_0(FedASMU):
+    """FedASMU-0: neither dynamic weights nor fresh merging, i.e. FedAsync (polynomial) with a staleness bound
+    under the periodic trigger.
+
+    Example:
+        >>> FedASMU_0().name
+        'FedASMU-0'
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**{**kwargs, "dynamic_weights": False, "fresh_merge": False})

@@ -1,0 +1,119 @@
+"""FedASMU's adaptive local model adjustment: merge the fresh global model into the local model mid-training."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.client.time_slots import TimeSlotSelector
+from lit_asyncfl.functional.aggregation import mix
+from lit_asyncfl.functional.fedasmu import fedasmu_beta, fedasmu_beta_grads, fedasmu_phi
+
+if TYPE_CHECKING:
+    from lit_asyncfl.client.trainer import LocalTrainer
+    from lit_asyncfl.core.update import ClientJob, ClientUpdate
+
+
+def _loss(module: Any, batch: Any) -> Tensor:
+    out = module.training_step(batch, 0)
+    return out["loss"] if isinstance(out, dict) else out
+
+
+class FreshModelMerge(ClientCallback):
+    r"""Request the global model mid-training and merge it with a learned weight (FedASMU, Formulas 5-9).
+
+    At dispatch the :class:`~lit_asyncfl.client.time_slots.TimeSlotSelector` picks a slot ``l*``; after that
+    fraction of the local steps the device asks the server for the current global model :math:`w_g`. When it is
+    newer (:math:`g > o`):
+
+    .. math::
+        \phi = \frac{\gamma_i}{\sqrt{g}}\left(1 - \frac{\upsilon_i}{\sqrt{g - o + 1}}\right), \quad
+        \beta = \frac{\mu_\beta \phi}{1 + \mu_\beta \phi}, \quad w_a = (1 - \beta) w_b + \beta w_g
+
+    then :math:`\gamma_i, \upsilon_i` take one gradient step on the local loss (hyper-gradient through
+    :math:`\beta`, using the gradient at :math:`w_a` on the last mini-batch), and the reward
+    :math:`R = F_i(w_b) - F_i(w_a)` on that mini-batch goes to the selector. Training continues from :math:`w_a`.
+
+    Args:
+        mu_beta: :math:`\mu_\beta`.
+        gamma0: Initial :math:`\gamma_i` of every device.
+        upsilon0: Initial :math:`\upsilon_i` of every device.
+        lr_gamma: Learning rate :math:`\eta_\gamma`.
+        lr_upsilon: Learning rate :math:`\eta_\upsilon`.
+        selector: The time-slot selector (default: ``TimeSlotSelector()``).
+
+    Example:
+        >>> merge = FreshModelMerge(gamma0=10.0)
+        >>> merge.controls(3)
+        (10.0, 0.5)
+    """
+
+    def __init__(
+        self,
+        mu_beta: float = 1.0,
+        gamma0: float = 10.0,
+        upsilon0: float = 0.5,
+        lr_gamma: float = 1e-4,
+        lr_upsilon: float = 1e-4,
+        selector: TimeSlotSelector | None = None,
+    ) -> None:
+        if not mu_beta > 0:
+            raise ValueError(f"mu_beta must be > 0, got {mu_beta}")
+        if lr_gamma < 0 or lr_upsilon < 0:
+            raise ValueError(f"lr_gamma and lr_upsilon must be >= 0, got {lr_gamma} and {lr_upsilon}")
+        self.mu_beta = mu_beta
+        self.gamma0 = gamma0
+        self.upsilon0 = upsilon0
+        self.lr_gamma = lr_gamma
+        self.lr_upsilon = lr_upsilon
+        self.selector = selector if selector is not None else TimeSlotSelector()
+        self._controls: dict[int, tuple[float, float]] = {}
+
+    def controls(self, client: int) -> tuple[float, float]:
+        """Current :math:`(\\gamma_i, \\upsilon_i)` of a device."""
+        return self._controls.get(client, (self.gamma0, self.upsilon0))
+
+    def on_fit_start(self, num_clients: int) -> None:
+        self._controls = {}
+        self.selector.on_fit_start()
+
+    def request_step(self, job: ClientJob) -> int | None:
+        slot = self.selector.choose(job.client, job.job_id, job.seed)
+        return max(1, round(slot * job.num_steps / self.selector.num_slots))
+
+    def on_fresh_model(
+        self, trainer: LocalTrainer, job: ClientJob, fresh_weights: Tensor, fresh_version: int, batch: Any
+    ) -> None:
+        module, flat = trainer.module, trainer.flat
+        gamma, upsilon = self.controls(job.client)
+        beta = fedasmu_beta(fedasmu_phi(gamma, upsilon, fresh_version, job.base_version), self.mu_beta)
+        before = flat.read()
+        with torch.no_grad():
+            loss_before = float(_loss(module, batch))
+            flat.flat.copy_(mix(before, fresh_weights, beta))
+        loss_after = _loss(module, batch)
+        grads = torch.autograd.grad(loss_after, flat.params, allow_unused=True)
+        direction = flat.param_views(fresh_weights - before)
+        inner = sum(float((g * d).sum()) for g, d in zip(grads, direction) if g is not None)
+        d_gamma, d_upsilon = fedasmu_beta_grads(gamma, upsilon, fresh_version, job.base_version, self.mu_beta, inner)
+        self._controls[job.client] = (gamma - self.lr_gamma * d_gamma, upsilon - self.lr_upsilon * d_upsilon)
+        reward = loss_before - float(loss_after.detach())
+        self.selector.reward(job.job_id, reward)
+        job_info = trainer.job_info
+        job_info.update(beta=beta, reward=reward, fresh_version=fresh_version)
+
+    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
+        self.selector.forget(job.job_id)  # no newer model at the request: nothing to learn from
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "controls": {c: list(v) for c, v in self._controls.items()},
+            "selector": self.selector.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._controls = {int(c): (float(v[0]), float(v[1])) for c, v in state["controls"].items()}
+        self.selector.load_state_dict(state["selector"])
