@@ -39,6 +39,7 @@ def run_one(method: str, seed: int, args: dict) -> dict:
     trainer = FederatedTrainer(
         algorithm,
         num_clients=100,
+        local_epochs=args["local_epochs"],
         max_virtual_time=args["max_virtual_time"],
         device_model=UniformRatio(ratio=5.0),
         eval_every=25,
@@ -83,9 +84,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seed-offset", type=int, default=0, help="first seed (e.g. tune on seeds the table omits)")
     parser.add_argument("--max-virtual-time", type=float, default=20_000.0)
     parser.add_argument("--target", type=float, default=0.8)
     parser.add_argument("--alpha", type=float, default=0.1, help="Dirichlet concentration")
+    parser.add_argument("--local-epochs", type=int, default=1)
     parser.add_argument("--fedasmu", type=json.loads, default={}, help="JSON of FedASMU keyword arguments")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("."))
@@ -96,7 +99,7 @@ def main() -> None:
         "alpha": args.alpha,
         "fedasmu": args.fedasmu,
     }
-    jobs = [(m, s) for s in range(args.seeds) for m in args.methods]
+    jobs = [(m, s) for s in range(args.seed_offset, args.seed_offset + args.seeds) for m in args.methods]
     rows = []
     with ProcessPoolExecutor(args.workers) as pool:
         futures = [pool.submit(run_one, m, s, shared) for m, s in jobs]
@@ -115,7 +118,8 @@ def main() -> None:
         writer.writeheader()
         writer.writerows(rows)
     lines = [
-        f"digits, LeNet-5, 100 clients, Dirichlet({args.alpha}), 5x speed spread, {args.seeds} seed(s), "
+        f"digits, LeNet-5, 100 clients, Dirichlet({args.alpha}), E={args.local_epochs}, 5x speed spread, "
+        f"seeds {args.seed_offset}..{args.seed_offset + args.seeds - 1}, "
         f"{args.max_virtual_time:g} virtual s, FedASMU settings {args.fedasmu or 'default'}",
         "",
         f"| method | final accuracy | best accuracy | time to {args.target:g} (virtual s) | reached | updates |",

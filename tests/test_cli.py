@@ -11,7 +11,7 @@ from lit_asyncfl import FederatedTrainer
 from lit_asyncfl.algorithms import FedAsync
 from lit_asyncfl.cli import FederatedCLI, main
 
-CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).parents[1] / "configs").rglob("*.yaml"))
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.print_summary=false"]
 
 
@@ -36,6 +36,21 @@ def test_every_config_parses_and_instantiates(config, tmp_path):
     hparams = cli.trainer.algorithm.hparams
     for key, value in raw["trainer"]["algorithm"].get("init_args", {}).items():
         assert hparams[key] == value, key  # every hyper-parameter reached the algorithm
+
+
+def test_an_ablation_class_keeps_the_shared_hyper_parameters(tmp_path):
+    cli = FederatedCLI(
+        args=[
+            "--config",
+            "configs/fedasmu/digits_lenet.yaml",
+            "--trainer.algorithm.init_args.gamma0=3.0",
+            "--trainer.algorithm.class_path=lit_asyncfl.algorithms.FedASMU_DA",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        run=False,
+    )
+    algo = cli.trainer.algorithm
+    assert algo.name == "FedASMU-DA" and algo.hparams["gamma0"] == 3.0 and algo.hparams["dynamic_weights"] is False
 
 
 def test_a_partitioner_instance_can_be_configured_in_yaml(tmp_path):
@@ -108,7 +123,9 @@ def test_fedavg_on_iid_digits_reaches_85_percent(tmp_path):
 
 def test_preset_names_are_accepted_and_unknown_ones_listed(tmp_path):
     assert FederatedTrainer("FedBuff", max_versions=1, logger=False).algorithm.name == "FedBuff"
-    with pytest.raises(ValueError, match=r"unknown algorithm preset 'fedfoo'; allowed: \['fedasync', 'fedavg'"):
+    with pytest.raises(
+        ValueError, match=r"unknown algorithm preset 'fedfoo'; allowed: \['fedasmu', 'fedasmu-0'.*'fedprox'\]"
+    ):
         FederatedTrainer("fedfoo", max_versions=1)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.client.fresh_merge import FreshModelMerge
 from lit_asyncfl.client.time_slots import TimeSlotSelector
@@ -138,8 +140,8 @@ class FedASMU_DA(FedASMU):
         'FedASMU-DA'
     """
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**{**kwargs, "dynamic_weights": False})
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(dynamic_weights=False, **kwargs)
 
 
 class FedASMU_FA(FedASMU):
@@ -150,8 +152,8 @@ class FedASMU_FA(FedASMU):
         []
     """
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**{**kwargs, "fresh_merge": False})
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(fresh_merge=False, **kwargs)
 
 
 class FedASMU_0(FedASMU):
@@ -163,5 +165,5 @@ class FedASMU_0(FedASMU):
         'FedASMU-0'
     """
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**{**kwargs, "dynamic_weights": False, "fresh_merge": False})
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(dynamic_weights=False, fresh_merge=False, **kwargs)

@@ -7,7 +7,8 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from lit_asyncfl.data.partition import Partitioner, resolve_partitioner
 from lit_asyncfl.data.shards import ClientShards, DatasetShards, dataset_targets, dataset_tensors
@@ -25,6 +26,8 @@ class FederatedDataModule(L.LightningDataModule):
         alpha: Dirichlet concentration for ``partition="dirichlet"`` (default 0.5); an error with other partitions.
         batch_size: Local mini-batch size of clients.
         eval_batch_size: Batch size of global evaluation.
+        val_fraction: Fraction of the training data held out for validation (0: validate on the test split).
+        split_seed: Seed of the held-out splits (independent of the run seed, so every run sees the same ones).
     """
 
     def __init__(
@@ -33,12 +36,18 @@ class FederatedDataModule(L.LightningDataModule):
         alpha: float | None = None,
         batch_size: int = 10,
         eval_batch_size: int = 512,
+        val_fraction: float = 0.0,
+        split_seed: int = 42,
     ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if eval_batch_size < 1:
             raise ValueError(f"eval_batch_size must be >= 1, got {eval_batch_size}")
+        if not 0 <= val_fraction < 1:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        self.val_fraction = val_fraction
+        self.split_seed = split_seed
         self.partitioner = resolve_partitioner(partition, alpha)
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size
@@ -51,6 +60,18 @@ class FederatedDataModule(L.LightningDataModule):
         if dataset is None:
             raise RuntimeError(f"{type(self).__name__}.{name} is not set: call setup() first")
         return dataset
+
+    def assign_splits(self, x_train: Tensor, y_train: Tensor, x_test: Tensor, y_test: Tensor) -> None:
+        """Set ``train_set``, ``test_set`` and, when ``val_fraction > 0``, a random ``val_set`` held out of the
+        training data (drawn with ``split_seed``)."""
+        if self.val_fraction > 0:
+            order = torch.as_tensor(np.random.default_rng(self.split_seed).permutation(len(y_train)))
+            n_val = round(self.val_fraction * len(y_train))
+            val, train = order[:n_val], order[n_val:]
+            self.val_set = TensorDataset(x_train[val], y_train[val])
+            x_train, y_train = x_train[train], y_train[train]
+        self.train_set = TensorDataset(x_train, y_train)
+        self.test_set = TensorDataset(x_test, y_test)
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self._require("train_set"), batch_size=self.batch_size, shuffle=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
-from torch.utils.data import TensorDataset
 
 from lit_asyncfl.data.base import FederatedDataModule
 from lit_asyncfl.data.partition import Partitioner
@@ -44,14 +44,10 @@ class DigitsDataModule(FederatedDataModule):
         val_fraction: float = 0.0,
         split_seed: int = 42,
     ) -> None:
-        super().__init__(partition=partition, alpha=alpha, batch_size=batch_size, eval_batch_size=eval_batch_size)
+        super().__init__(partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed)
         if not 0 < test_fraction < 1:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-        if not 0 <= val_fraction < 1:
-            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         self.test_fraction = test_fraction
-        self.val_fraction = val_fraction
-        self.split_seed = split_seed
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
@@ -62,18 +58,10 @@ class DigitsDataModule(FederatedDataModule):
         digits = load_digits()
         x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
         y = torch.tensor(digits.target, dtype=torch.long)
-        idx = torch.arange(len(y)).numpy()
         train_idx, test_idx = train_test_split(
-            idx, test_size=self.test_fraction, stratify=y.numpy(), random_state=self.split_seed
+            np.arange(len(y)), test_size=self.test_fraction, stratify=y.numpy(), random_state=self.split_seed
         )
-        if self.val_fraction > 0:
-            train_idx, val_idx = train_test_split(
-                train_idx, test_size=self.val_fraction, stratify=y.numpy()[train_idx], random_state=self.split_seed
-            )
         # Standardise with the training split's statistics (the held-out images stay unseen).
         mean, std = x[train_idx].mean(), x[train_idx].std()
         x = (x - mean) / std
-        if self.val_fraction > 0:
-            self.val_set = TensorDataset(x[val_idx], y[val_idx])
-        self.train_set = TensorDataset(x[train_idx], y[train_idx])
-        self.test_set = TensorDataset(x[test_idx], y[test_idx])
+        self.assign_splits(x[train_idx], y[train_idx], x[test_idx], y[test_idx])

@@ -1,0 +1,213 @@
+"""MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100 read from their standard on-disk formats.
+
+Files are read directly (MNIST-style IDX files under ``<root>/<Name>/raw/``, CIFAR's pickled batches under
+``<root>/cifar-10-batches-py/`` or ``<root>/cifar-100-python/``), which is exactly what torchvision's downloaders
+write; ``download=True`` fetches them with torchvision. Images are standardised per channel with the usual
+dataset statistics and kept resident as tensors.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lit_asyncfl.data.base import FederatedDataModule
+from lit_asyncfl.data.partition import Partitioner
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read an IDX file (the MNIST format), optionally gzip-compressed.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = Path(tempfile.mkdtemp()) / "x-idx1-ubyte"
+        >>> _ = p.write_bytes(bytes([0, 0, 8, 1, 0, 0, 0, 3, 7, 8, 9]))
+        >>> read_idx(p).tolist()
+        [7, 8, 9]
+    """
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        raw = fh.read()
+    if raw[:2] != b"\x00\x00" or raw[2] != 0x08:
+        raise ValueError(f"{path} is not an unsigned-byte IDX file")
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+class VisionDataModule(FederatedDataModule):
+    """Base of the image data modules: a fixed train/test split, per-channel standardisation.
+
+    Args:
+        root: Directory holding the dataset (as torchvision lays it out).
+        download: Download the files with torchvision when missing (needs a network).
+        partition: ``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"`` or a partitioner instance.
+        alpha: Dirichlet concentration (``partition="dirichlet"``).
+        batch_size: Local mini-batch size.
+        eval_batch_size: Batch size of global evaluation.
+        val_fraction: Fraction of the training set held out for validation (0: validate on the test set).
+        split_seed: Seed of the validation split.
+    """
+
+    num_classes = 10
+    input_shape: tuple[int, int, int] = (1, 28, 28)
+    mean: tuple[float, ...] = (0.5,)
+    std: tuple[float, ...] = (0.5,)
+
+    def __init__(
+        self,
+        root: str = "data",
+        download: bool = False,
+        partition: str | Partitioner = "iid",
+        alpha: float | None = None,
+        batch_size: int = 32,
+        eval_batch_size: int = 1024,
+        val_fraction: float = 0.0,
+        split_seed: int = 42,
+    ) -> None:
+        super().__init__(partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed)
+        self.root = root
+        self.download = download
+
+    # -- to implement ----------------------------------------------------------------------------------------
+    def expected_files(self) -> list[Path]:
+        """The files :meth:`read` needs."""
+        raise NotImplementedError
+
+    def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(train images NHWC or NHW uint8, train labels, test images, test labels)``."""
+        raise NotImplementedError
+
+    def fetch(self) -> None:
+        """Download with torchvision."""
+        raise NotImplementedError
+
+    # -- shared ----------------------------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        if self.download and any(not p.exists() for p in self.expected_files()):
+            self.fetch()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        missing = [str(p) for p in self.expected_files() if not p.exists()]
+        if missing:
+            raise FileNotFoundError(
+                f"{type(self).__name__}: dataset files not found under {Path(self.root).resolve()}: missing "
+                f"{missing}. Put the dataset there (torchvision's layout) or pass download=True "
+                f"(--data.init_args.download=true) on a machine with a network."
+            )
+        x_train, y_train, x_test, y_test = self.read()
+        self.assign_splits(
+            self._to_tensor(x_train),
+            torch.as_tensor(y_train, dtype=torch.long),
+            self._to_tensor(x_test),
+            torch.as_tensor(y_test, dtype=torch.long),
+        )
+
+    def _to_tensor(self, images: np.ndarray) -> Tensor:
+        x = torch.from_numpy(np.ascontiguousarray(images)).float().div_(255.0)
+        x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2).contiguous()
+        mean = torch.tensor(self.mean).view(1, -1, 1, 1)
+        std = torch.tensor(self.std).view(1, -1, 1, 1)
+        return (x - mean) / std
+
+
+class MNISTDataModule(VisionDataModule):
+    """MNIST (60,000 + 10,000 28x28 digits) from ``<root>/MNIST/raw/``.
+
+    Example:
+        >>> MNISTDataModule(root="/nonexistent").expected_files()[0].name
+        'train-images-idx3-ubyte'
+    """
+
+    folder = "MNIST"
+    mean, std = (0.1307,), (0.3081,)
+
+    def expected_files(self) -> list[Path]:
+        raw = Path(self.root) / self.folder / "raw"
+        names = [
+            "train-images-idx3-ubyte",
+            "train-labels-idx1-ubyte",
+            "t10k-images-idx3-ubyte",
+            "t10k-labels-idx1-ubyte",
+        ]
+        return [raw / n if (raw / n).exists() or not (raw / f"{n}.gz").exists() else raw / f"{n}.gz" for n in names]
+
+    def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        x_train, y_train, x_test, y_test = (read_idx(p) for p in self.expected_files())
+        return x_train, y_train, x_test, y_test
+
+    def fetch(self) -> None:
+        from torchvision.datasets import MNIST
+
+        for train in (True, False):
+            MNIST(self.root, train=train, download=True)
+
+
+class FashionMNISTDataModule(MNISTDataModule):
+    """Fashion-MNIST (60,000 + 10,000 28x28 clothing images) from ``<root>/FashionMNIST/raw/``."""
+
+    folder = "FashionMNIST"
+    mean, std = (0.2860,), (0.3530,)
+
+    def fetch(self) -> None:
+        from torchvision.datasets import FashionMNIST
+
+        for train in (True, False):
+            FashionMNIST(self.root, train=train, download=True)
+
+
+def _unpickle(path: Path) -> dict:
+    with open(path, "rb") as fh:
+        data = pickle.load(fh, encoding="latin1")  # CIFAR's own format (Python pickles of numpy arrays)
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in data.items()}
+
+
+class CIFAR10DataModule(VisionDataModule):
+    """CIFAR-10 (50,000 + 10,000 32x32 colour images) from ``<root>/cifar-10-batches-py/``."""
+
+    input_shape = (3, 32, 32)
+    mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+    folder = "cifar-10-batches-py"
+    train_files: tuple[str, ...] = tuple(f"data_batch_{i}" for i in range(1, 6))
+    test_files: tuple[str, ...] = ("test_batch",)
+    label_key = "labels"
+
+    def expected_files(self) -> list[Path]:
+        return [Path(self.root) / self.folder / n for n in (*self.train_files, *self.test_files)]
+
+    def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        def load(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+            parts = [_unpickle(Path(self.root) / self.folder / n) for n in names]
+            images = np.concatenate([np.asarray(p["data"], dtype=np.uint8).reshape(-1, 3, 32, 32) for p in parts])
+            labels = np.concatenate([np.asarray(p[self.label_key], dtype=np.int64) for p in parts])
+            return images.transpose(0, 2, 3, 1), labels
+
+        return (*load(self.train_files), *load(self.test_files))
+
+    def fetch(self) -> None:
+        from torchvision.datasets import CIFAR10
+
+        CIFAR10(self.root, download=True)
+
+
+class CIFAR100DataModule(CIFAR10DataModule):
+    """CIFAR-100 (100 fine classes) from ``<root>/cifar-100-python/``."""
+
+    num_classes = 100
+    mean, std = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
+    folder = "cifar-100-python"
+    train_files = ("train",)
+    test_files = ("test",)
+    label_key = "fine_labels"
+
+    def fetch(self) -> None:
+        from torchvision.datasets import CIFAR100
+
+        CIFAR100(self.root, download=True)

@@ -1,0 +1,111 @@
+"""Image data modules read tiny files written in the datasets' real on-disk formats."""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_trainer
+
+from lit_asyncfl.algorithms import FedASMU
+from lit_asyncfl.data import CIFAR10DataModule, CIFAR100DataModule, FashionMNISTDataModule, MNISTDataModule
+from lit_asyncfl.models import LeNet5, SimpleCNN
+
+
+def write_idx(path, array: np.ndarray, compress: bool) -> None:
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    data = header + array.astype(np.uint8).tobytes()
+    if compress:
+        path = path.with_name(path.name + ".gz")
+        data = gzip.compress(data)
+    path.write_bytes(data)
+
+
+def make_mnist(root, folder, n_train=40, n_test=12, compress=False):
+    rng = np.random.default_rng(0)
+    raw = root / folder / "raw"
+    raw.mkdir(parents=True)
+    arrays = {
+        "train-images-idx3-ubyte": rng.integers(0, 256, (n_train, 28, 28)),
+        "train-labels-idx1-ubyte": np.arange(n_train) % 10,
+        "t10k-images-idx3-ubyte": rng.integers(0, 256, (n_test, 28, 28)),
+        "t10k-labels-idx1-ubyte": (np.arange(n_test) * 3) % 10,
+    }
+    for name, array in arrays.items():
+        write_idx(raw / name, array, compress)
+    return arrays
+
+
+def make_cifar(root, hundred=False, per_batch=8, n_test=6):
+    rng = np.random.default_rng(1)
+    folder = root / ("cifar-100-python" if hundred else "cifar-10-batches-py")
+    folder.mkdir(parents=True)
+    key = "fine_labels" if hundred else "labels"
+    classes = 100 if hundred else 10
+    names = ["train"] if hundred else [f"data_batch_{i}" for i in range(1, 6)]
+    written = {}
+    for name in [*names, "test"] if hundred else [*names, "test_batch"]:
+        n = n_test if name.startswith("test") else per_batch
+        data = rng.integers(0, 256, (n, 3 * 32 * 32), dtype=np.uint8)
+        labels = list(rng.integers(0, classes, n))
+        with open(folder / name, "wb") as fh:
+            pickle.dump({"data": data, key: labels, "batch_label": name}, fh)  # CIFAR's own pickle layout
+        written[name] = (data, labels)
+    return written
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["raw", "gz"])
+@pytest.mark.parametrize(("cls", "folder"), [(MNISTDataModule, "MNIST"), (FashionMNISTDataModule, "FashionMNIST")])
+def test_mnist_style_idx_files_load_standardised(tmp_path, cls, folder, compress):
+    arrays = make_mnist(tmp_path, folder, compress=compress)
+    dm = cls(root=str(tmp_path))
+    dm.setup("fit")
+    x, y = dm.train_set.tensors
+    assert x.shape == (40, 1, 28, 28) and y.tolist() == arrays["train-labels-idx1-ubyte"].tolist()
+    expected = (torch.tensor(arrays["train-images-idx3-ubyte"][3], dtype=torch.float32) / 255 - cls.mean[0]) / cls.std[
+        0
+    ]
+    assert torch.allclose(x[3, 0], expected)
+    assert dm.test_set.tensors[1].tolist() == arrays["t10k-labels-idx1-ubyte"].tolist()
+
+
+@pytest.mark.parametrize("hundred", [False, True], ids=["cifar10", "cifar100"])
+def test_cifar_pickled_batches_load_in_order_as_nchw(tmp_path, hundred):
+    written = make_cifar(tmp_path, hundred)
+    dm = (CIFAR100DataModule if hundred else CIFAR10DataModule)(root=str(tmp_path), val_fraction=0.25)
+    dm.setup("fit")
+    train_names = ["train"] if hundred else [f"data_batch_{i}" for i in range(1, 6)]
+    all_labels = [v for n in train_names for v in written[n][1]]
+    x_train, y_train = dm.train_set.tensors
+    _x_val, y_val = dm.val_set.tensors
+    assert len(y_train) + len(y_val) == len(all_labels) and x_train.shape[1:] == (3, 32, 32)
+    assert sorted(y_train.tolist() + y_val.tolist()) == sorted(int(v) for v in all_labels)
+    # first test image, channel 1 (green), pixel (0, 5): CIFAR stores each row as R plane, G plane, B plane
+    data, labels = written["test" if hundred else "test_batch"]
+    pixel = data[0].reshape(3, 32, 32)[1, 0, 5]
+    x_test, y_test = dm.test_set.tensors
+    assert x_test[0, 1, 0, 5].item() == pytest.approx((pixel / 255 - dm.mean[1]) / dm.std[1], abs=1e-6)
+    assert y_test.tolist() == [int(v) for v in labels]
+
+
+@pytest.mark.parametrize("cls", [MNISTDataModule, CIFAR10DataModule, CIFAR100DataModule])
+def test_missing_files_name_the_path_and_the_download_option(tmp_path, cls):
+    dm = cls(root=str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match=r"nowhere.*missing.*download=True"):
+        dm.setup("fit")
+
+
+def test_fedasmu_runs_on_a_tiny_cifar_with_the_paper_models(tmp_path):
+    make_cifar(tmp_path / "data", per_batch=20)
+    for model in (LeNet5(in_channels=3, input_size=32, lr=0.03), SimpleCNN(in_channels=3, input_size=32)):
+        trainer = make_trainer(
+            tmp_path / type(model).__name__,
+            FedASMU(clients_per_trigger=2, max_parallel=3),
+            num_clients=5,
+            max_versions=6,
+        )
+        trainer.fit(model, datamodule=CIFAR10DataModule(root=str(tmp_path / "data"), batch_size=8))
+        assert trainer.summary["versions"] == 6 and trainer.history[-1]["accuracy"] is not None
