@@ -97,6 +97,7 @@ def main() -> None:
         "max_virtual_time": args.max_virtual_time,
         "target": args.target,
         "alpha": args.alpha,
+        "local_epochs": args.local_epochs,
         "fedasmu": args.fedasmu,
     }
     jobs = [(m, s) for s in range(args.seed_offset, args.seed_offset + args.seeds) for m in args.methods]

@@ -284,11 +284,13 @@ def test_selector_switches_from_meta_policy_to_q_learning_and_learns_from_reward
     assert "meta" in sel.pending[0]
     sel.reward(0, reward=2.0)
     assert sel.baseline == 1.0 and sel.slots[3] == first and np.all(sel.q_tables[3] == 0)
-    second = sel.choose(client=3, job_id=1, seed=2)  # greedy on zeros: action 0 (one earlier), clipped
-    assert second == max(1, first - 1)
+    second = sel.choose(client=3, job_id=1, seed=2)  # greedy on an all-zero row: a random tie-break
+    action = sel.pending[1]["action"]
+    assert second == min(4, max(1, first + (-1, 0, 1)[action]))
     sel.reward(1, reward=1.0)
-    # H(first, earlier) = 0 + 0.5 * (1 + 0.9 * 0 - 0) = 0.5
-    assert sel.q_tables[3][first - 1, 0] == pytest.approx(0.5) and sel.slots[3] == second
+    # H(first, action) = 0 + 0.5 * (1 + 0.9 * 0 - 0) = 0.5, nothing else changes
+    assert sel.q_tables[3][first - 1, action] == pytest.approx(0.5) and sel.q_tables[3].sum() == pytest.approx(0.5)
+    assert sel.slots[3] == second
     sel.choose(client=3, job_id=2, seed=3)
     sel.forget(2)  # no reward: nothing learned
     assert sel.pending == {} and sel.slots[3] == second
@@ -337,7 +339,7 @@ def _fedasmu():
     return FedASMU(clients_per_trigger=3, max_parallel=4, num_slots=3, lr_gamma=1e-2, lr_lambda=1e-2)
 
 
-def test_fedasmu_run_merges_fresh_models_and_is_deterministic_across_executors(tmp_path, monkeypatch):
+def test_fedasmu_run_merges_fresh_models(tmp_path):
     infos = []
 
     class Info(ServerCallback):
@@ -353,28 +355,187 @@ def test_fedasmu_run_merges_fresh_models_and_is_deterministic_across_executors(t
     sim = first.simulator
     answered = len(merged) + sum(j.fresh_version is not None for j in sim.in_flight.values())  # + not yet arrived
     assert first.summary["bytes_down"] == (sim.next_job_id + answered) * sim.model_bytes
-    monkeypatch.setattr(trainer_module, "SequentialExecutor", ReversedExecutor)
-    second = run(tmp_path / "b", _fedasmu(), max_versions=40, data_kwargs={"partition": "dirichlet"})
+
+
+@pytest.mark.parametrize("preset", [FedASMU_FA, FedASMU_DA], ids=["no-requests", "requests"])
+def test_fedasmu_runs_are_identical_whatever_order_jobs_are_computed_in(tmp_path, monkeypatch, preset):
+    """Without requests (FA) jobs are computed newest-first in batches; with requests at their request events."""
+
+    def algo():
+        return preset(clients_per_trigger=3, max_parallel=4, num_slots=3, lr_lambda=1e-2)
+
+    kwargs = {"max_versions": 30, "data_kwargs": {"partition": "dirichlet"}}
+    first = run(tmp_path / "a", algo(), **kwargs)
+    executors = []
+    monkeypatch.setattr(
+        trainer_module, "SequentialExecutor", lambda t: executors.append(ReversedExecutor(t)) or executors[-1]
+    )
+    second = run(tmp_path / "b", algo(), **kwargs)
+    if preset is FedASMU_FA:
+        assert executors[0].compute_order != sorted(executors[0].compute_order)
     assert torch.equal(global_weights(first), global_weights(second))
 
 
 def test_fedasmu_resume_is_exact_with_all_its_state(tmp_path):
     data = {"partition": "dirichlet"}
-    full = run(tmp_path / "full", _fedasmu(), max_versions=40, data_kwargs=data)
-    stop = 0.55 * full.simulator.now + 0.01
+    windows = []
+
+    class Windows(ServerCallback):
+        def on_aggregated(self, server, updates):
+            windows.extend((u.job.request_time, u.job.arrival_time) for u in updates if u.job.fresh_version)
+
+    algo = _fedasmu()
+    algo.server_callbacks.append(Windows())
+    full = run(tmp_path / "full", algo, max_versions=40, data_kwargs=data)
+    request, arrival = windows[len(windows) // 2]
+    stop = (request + arrival) / 2  # a merged job is computed and waits for its arrival
     first = run(tmp_path / "first", _fedasmu(), max_virtual_time=stop, data_kwargs=data)
-    sim = first.simulator
-    merge = first.algorithm.client_callbacks[0]
-    assert sim.ready or any(j.request_step for j in sim.in_flight.values())  # requests pending at the checkpoint
-    assert merge.selector.q_tables and merge._controls  # learned state exists
+    sim, merge = first.simulator, first.algorithm.client_callbacks[0]
+    assert sim.ready  # an update computed at its request, not yet arrived
+    assert merge.selector.pending  # jobs dispatched whose request has not come yet
+    assert merge.selector.q_tables and merge._controls and first.algorithm.server_callbacks[1]._previous
     ckpt = next((tmp_path / "first").rglob("last.ckpt"))
     resumed = make_trainer(tmp_path / "resumed", _fedasmu(), max_versions=40)
     resumed.fit(LeNet5(lr=0.05), datamodule=DigitsDataModule(**data), ckpt_path=str(ckpt))
     assert torch.equal(global_weights(resumed), global_weights(full))
     a, b = resumed.algorithm.client_callbacks[0], full.algorithm.client_callbacks[0]
     assert a._controls == b._controls and a.selector.baseline == b.selector.baseline
+    assert a.selector.slots == b.selector.slots and a.selector.pending == b.selector.pending
     assert all(np.array_equal(a.selector.q_tables[c], b.selector.q_tables[c]) for c in b.selector.q_tables)
     for p, q in zip(a.selector.policy.parameters(), b.selector.policy.parameters()):
         assert torch.equal(p, q)
     da, db = resumed.algorithm.server_callbacks[1], full.algorithm.server_callbacks[1]
-    assert da._controls == db._controls
+    assert da._controls == db._controls and da._previous.keys() == db._previous.keys()
+    assert all(torch.equal(da._previous[c]["delta"], db._previous[c]["delta"]) for c in db._previous)
+
+
+# ---------------------------------------------------------------------------------------------- edge cases
+
+
+class DropoutBatchNormNet(LogisticRegression):
+    def __init__(self):
+        super().__init__(input_dim=4, num_classes=3, lr=0.1)
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 3)
+        )
+
+
+def test_a_merge_with_an_identical_fresh_model_changes_nothing():
+    from lit_asyncfl.client.trainer import LocalTrainer
+    from lit_asyncfl.data import ClientShards
+
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    merge = FreshModelMerge(selector=TimeSlotSelector(num_slots=2))
+    local = LocalTrainer(DropoutBatchNormNet(), ClientShards(x, y, [np.arange(8)]), batch_size=8, callbacks=[merge])
+    local.module.train()
+    job = ClientJob(3, 0, 0, 0.0, JobTiming(0, 1, 0), seed=0, local_epochs=1, num_steps=1)
+    merge.request_step(job)
+    local.job_info = {}
+    weights = local.flat.read()
+    rng = torch.random.get_rng_state()
+    merge.on_fresh_model(local, job, weights.clone(), 5, [x, y])
+    assert local.job_info["reward"] == 0.0  # same weights, same dropout masks
+    assert torch.equal(local.flat.read(), weights)  # BatchNorm statistics untouched by the extra passes
+    assert torch.equal(torch.random.get_rng_state(), rng)
+
+
+def test_request_after_the_last_step_uploads_the_merged_model(tmp_path):
+    fresh_by_job, uploads = {}, []
+
+    class TakeFresh(ClientCallback):
+        def request_step(self, job):
+            return job.num_steps
+
+        def on_fresh_model(self, trainer, job, fresh_weights, fresh_version, batch):
+            trainer.flat.flat.copy_(fresh_weights)
+            fresh_by_job[job.job_id] = fresh_weights.clone()
+
+    class Uploads(ServerCallback):
+        def reject_update(self, server, update):
+            uploads.append((update.job, update.weights.clone(), server.now))
+
+    algo = Algorithm(KeepConcurrency(2), Mixing(alpha=0.5), [Uploads()], [TakeFresh()])
+    bytes_per_model = sum(p.numel() for p in LeNet5().parameters()) * 4
+    devices = FixedDevices(time_per_sample=0.01, bandwidth=bytes_per_model / 2.0)
+    trainer = make_trainer(tmp_path, algo, num_clients=2, max_versions=8, device_model=devices)
+    trainer.fit(LeNet5(), datamodule=DigitsDataModule(partition="iid", batch_size=100))
+    merged = [(job, w, now) for job, w, now in uploads if job.job_id in fresh_by_job]
+    assert merged
+    for job, weights, now in merged:
+        assert job.request_step == job.num_steps and job.request_fraction == 1.0
+        assert job.request_time == pytest.approx(job.dispatch_time + job.timing.download + job.timing.compute)
+        assert now == pytest.approx(job.request_time + job.timing.download + job.timing.upload)  # fresh download
+        assert torch.equal(weights, fresh_by_job[job.job_id])  # no step after the merge: uploaded as merged
+
+
+def test_tau_max_bounds_t_minus_o_plus_one_and_discarded_updates_teach_nothing():
+    algo = FedASMU(tau_max=3)
+    _, dynamic = algo.server_callbacks
+    server = Server(torch.zeros(2), algo.aggregator, algo.server_callbacks, 1)
+    server.on_fit_start()
+    server.version = 10
+    assert not server.receive(_update(0, [1.0, 1.0], [0.0, 0.0], base_version=7))  # 10 - 7 + 1 = 4 > 3
+    assert server.stats.discarded == 1 and dynamic._previous == {} and dynamic._controls == {}
+    assert server.receive(_update(0, [1.0, 1.0], [0.0, 0.0], base_version=8))  # 10 - 8 + 1 = 3: kept
+    assert 0 in dynamic._previous
+
+
+def test_slots_map_to_valid_steps_even_with_more_slots_than_steps():
+    merge = FreshModelMerge(selector=TimeSlotSelector(num_slots=20))
+    steps = []
+    for slot in range(1, 21):
+        job = ClientJob(slot, 0, 0, 0.0, JobTiming(0, 1, 0), seed=slot, local_epochs=1, num_steps=3)
+        merge.selector.choose = lambda client, job_id, seed, slot=slot: slot
+        steps.append(merge.request_step(job))
+    assert steps == sorted(steps) and set(steps) == {1, 2, 3}
+
+
+def test_fedasmu_with_momentum_and_frozen_parameters_runs(tmp_path):
+    model = LeNet5(lr=0.05, momentum=0.9)
+    model.net[0][0].weight.requires_grad_(False)
+    frozen = model.net[0][0].weight.detach().clone()
+    trainer = make_trainer(tmp_path, _fedasmu(), max_versions=15)
+    trainer.fit(model, datamodule=DigitsDataModule())
+    assert trainer.summary["versions"] == 15
+    assert torch.equal(trainer.global_model.net[0][0].weight, frozen)
+
+
+def test_two_requesting_callbacks_share_the_earliest_request():
+    seen = []
+
+    class Ask(ClientCallback):
+        def __init__(self, step):
+            self.step = step
+
+        def request_step(self, job):
+            return self.step
+
+        def on_fresh_model(self, trainer, job, fresh_weights, fresh_version, batch):
+            seen.append((self.step, job.request_step))
+
+    from lit_asyncfl.client.trainer import LocalTrainer, SequentialExecutor
+    from lit_asyncfl.core.simulator import Simulator
+    from lit_asyncfl.data import ClientShards
+
+    shards = ClientShards(torch.randn(40, 64), torch.randint(0, 10, (40,)), [np.arange(20), np.arange(20, 40)])
+    callbacks = [Ask(3), Ask(2)]
+    local = LocalTrainer(LogisticRegression(input_dim=64), shards, batch_size=5, callbacks=callbacks)
+    server = Server(local.flat.read(), Mixing(0.5), [], 2)
+    sim = Simulator(
+        server,
+        KeepConcurrency(2),
+        SequentialExecutor(local),
+        FixedDevices(bandwidth=math.inf),  # client 1 asks (at 40 s) after client 0 arrived (at 20 s)
+        [20, 20],
+        local_epochs=1,
+        batch_size=5,
+        seed=0,
+        model_bytes=4,
+        client_callbacks=callbacks,
+    )
+    sim.scheduler.setup(2)
+    sim.start()
+    assert [j.request_step for j in sim.in_flight.values()] == [2, 2]
+    sim.run(max_versions=2)
+    assert seen and {s for _, s in seen} == {2} and {a for a, _ in seen} == {2, 3}

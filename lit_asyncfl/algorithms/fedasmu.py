@@ -29,10 +29,11 @@ class FedASMU(Algorithm):
     fresh-model request. Ablation presets: :class:`FedASMU_DA`, :class:`FedASMU_FA`, :class:`FedASMU_0`.
 
     Defaults: the paper's system setup (m' = 10, T = 10, tau = 99, 10% parallelism) and control learning rates
-    (1e-4, Table 5); the initial control values and :math:`\mu` are not given in the paper and are chosen so that
-    :math:`\alpha` starts near FedAsync's and :math:`\beta` is 0.1-0.5 over the first thousands of versions
-    (``lambda0 = sigma0 = 1``, ``iota0 = 0.2``, ``mu_alpha = 1``; ``gamma0 = 10``, ``upsilon0 = 0.5``,
-    ``mu_beta = 1``).
+    (1e-4, Table 5; at these rates the controls move little over a run of a few thousand versions). The initial
+    control values and :math:`\mu` are not given in the paper; the defaults (``lambda0 = sigma0 = 1``,
+    ``iota0 = 0.2``, ``mu_alpha = 1``: :math:`\alpha \approx 0.17`-0.5, near FedAsync's; ``gamma0 = 10``,
+    ``upsilon0 = 0.5``, ``mu_beta = 1``: :math:`\beta` falls from about 0.87 at the first versions to about 0.2
+    by version 1,000) are starting points to tune, as the paper tuned per setting.
 
     Args:
         period: Trigger period :math:`\mathcal{T}` (virtual seconds).

@@ -29,8 +29,8 @@ class ClientCallback:
 
     def request_step(self, job: ClientJob) -> int | None:
         """At dispatch: after how many local steps (1..``job.num_steps``) the device asks the server for the
-        global model current at that virtual moment; ``None`` for no request. The first callback that returns a
-        step decides."""
+        global model current at that virtual moment; ``None`` for no request. Every callback is asked; a job makes
+        one request, at the earliest step asked for, and every callback's ``on_fresh_model`` sees it."""
         return None
 
     def on_train_start(self, trainer: LocalTrainer, job: ClientJob, start_weights: Tensor) -> None:

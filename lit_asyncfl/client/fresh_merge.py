@@ -22,6 +22,16 @@ def _loss(module: Any, batch: Any) -> Tensor:
     return out["loss"] if isinstance(out, dict) else out
 
 
+def _get_rng(device: torch.device) -> tuple[Tensor, Tensor | None]:
+    return torch.random.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def _set_rng(device: torch.device, state: tuple[Tensor, Tensor | None]) -> None:
+    torch.random.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+
+
 class FreshModelMerge(ClientCallback):
     r"""Request the global model mid-training and merge it with a learned weight (FedASMU, Formulas 5-9).
 
@@ -35,7 +45,11 @@ class FreshModelMerge(ClientCallback):
 
     then :math:`\gamma_i, \upsilon_i` take one gradient step on the local loss (hyper-gradient through
     :math:`\beta`, using the gradient at :math:`w_a` on the last mini-batch), and the reward
-    :math:`R = F_i(w_b) - F_i(w_a)` on that mini-batch goes to the selector. Training continues from :math:`w_a`.
+    :math:`R = F_i(w_b) - F_i(w_a)` on that mini-batch goes to the selector. Training continues from :math:`w_a`;
+    the optimizer keeps its state (e.g. momentum) across the merge. Both losses are computed in training mode
+    with the same random state, and the extra forward passes change neither the weights (BatchNorm statistics
+    included) nor the random stream. The merge jump :math:`w_a - w_b` is recorded in ``update.info`` so that
+    the server can tell local training from merging.
 
     Args:
         mu_beta: :math:`\mu_\beta`.
@@ -91,19 +105,27 @@ class FreshModelMerge(ClientCallback):
         gamma, upsilon = self.controls(job.client)
         beta = fedasmu_beta(fedasmu_phi(gamma, upsilon, fresh_version, job.base_version), self.mu_beta)
         before = flat.read()
+        merged = mix(before, fresh_weights, beta)
+        # Both losses see the same randomness (dropout masks), and the extra forward passes leave no trace:
+        # the generator state and the weights (BatchNorm statistics included) are restored afterwards.
+        rng_state = _get_rng(flat.flat.device)
         with torch.no_grad():
             loss_before = float(_loss(module, batch))
-            flat.flat.copy_(mix(before, fresh_weights, beta))
+            flat.flat.copy_(merged)
+        _set_rng(flat.flat.device, rng_state)
         loss_after = _loss(module, batch)
-        grads = torch.autograd.grad(loss_after, flat.params, allow_unused=True)
-        direction = flat.param_views(fresh_weights - before)
-        inner = sum(float((g * d).sum()) for g, d in zip(grads, direction) if g is not None)
+        trainable = [p for p in flat.params if p.requires_grad]
+        grads = torch.autograd.grad(loss_after, trainable, allow_unused=True)
+        _set_rng(flat.flat.device, rng_state)
+        with torch.no_grad():
+            flat.flat.copy_(merged)
+        direction = dict(zip(map(id, flat.params), flat.param_views(fresh_weights - before)))
+        inner = sum(float((g * direction[id(p)]).sum()) for g, p in zip(grads, trainable) if g is not None)
         d_gamma, d_upsilon = fedasmu_beta_grads(gamma, upsilon, fresh_version, job.base_version, self.mu_beta, inner)
         self._controls[job.client] = (gamma - self.lr_gamma * d_gamma, upsilon - self.lr_upsilon * d_upsilon)
         reward = loss_before - float(loss_after.detach())
         self.selector.reward(job.job_id, reward)
-        job_info = trainer.job_info
-        job_info.update(beta=beta, reward=reward, fresh_version=fresh_version)
+        trainer.job_info.update(beta=beta, reward=reward, fresh_version=fresh_version, merge_jump=merged - before)
 
     def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
         self.selector.forget(job.job_id)  # no newer model at the request: nothing to learn from

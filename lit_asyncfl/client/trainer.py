@@ -126,11 +126,11 @@ class LocalTrainer:
                 if steps == interact_at:
                     self._fresh_model(job, fresh, last_batch)
                     interact_at = None
-                last_batch = batch
                 out = module.training_step(batch, batch_idx)
                 loss = out["loss"] if isinstance(out, dict) else out
                 if loss is None:  # Lightning semantics: skip this batch
                     continue
+                last_batch = batch
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 for cb in self.callbacks:

@@ -136,21 +136,24 @@ class Simulator:
             local_epochs=self.local_epochs,
             num_steps=self.local_epochs * math.ceil(n / self.batch_size),
         )
+        steps = [k for cb in self.client_callbacks if (k := cb.request_step(job)) is not None]  # ask every one
+        if steps:
+            step = min(steps)  # one request per job: the earliest asked for
+            if not 1 <= step <= job.num_steps:
+                raise ValueError(f"request_step must be in [1, {job.num_steps}] for client {client}, got {step}")
+            job.request_step = step
+            job.request_fraction = samples_before_step(n, self.batch_size, step) / work
+        else:
+            job.arrival_time = self.now + timing.total
         self.busy[client] = True
         self.in_flight[job_id] = job
         self._hold_snapshot(job.base_version, self.server.weights)
         self.server.stats.bytes_down += self.model_bytes
         self.executor.submit(job, self.snapshots[job.base_version])
-        step = next((k for cb in self.client_callbacks if (k := cb.request_step(job)) is not None), None)
-        if step is None:
-            job.arrival_time = self.now + timing.total
-            self.queue.push(job.arrival_time, "arrival", job_id=job_id)
-        else:
-            if not 1 <= step <= job.num_steps:
-                raise ValueError(f"request_step must be in [1, {job.num_steps}] for client {client}, got {step}")
-            job.request_step = step
-            job.request_fraction = samples_before_step(n, self.batch_size, step) / work
+        if steps:
             self.queue.push(job.request_time, "request", job_id=job_id)
+        else:
+            self.queue.push(job.arrival_time, "arrival", job_id=job_id)
         return job
 
     def flush(self) -> bool:

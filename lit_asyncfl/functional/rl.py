@@ -6,17 +6,19 @@ import numpy as np
 
 
 def epsilon_greedy(values: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:
-    r"""With probability :math:`\epsilon` a uniformly random index, else the first index of the maximum.
+    r"""With probability :math:`\epsilon` a uniformly random index, else an index of the maximum (ties broken
+    uniformly at random, so an untrained table does not always pick the first action).
 
     Example:
-        >>> epsilon_greedy(np.array([0.1, 0.7, 0.7]), 0.0, np.random.default_rng(0))
+        >>> epsilon_greedy(np.array([0.1, 0.7, 0.2]), 0.0, np.random.default_rng(0))
         1
     """
     if not 0.0 <= epsilon <= 1.0:
         raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
     if rng.random() < epsilon:
         return int(rng.integers(len(values)))
-    return int(np.argmax(values))
+    best = np.flatnonzero(values == np.max(values))
+    return int(best[0]) if len(best) == 1 else int(rng.choice(best))
 
 
 def q_learning_update(

@@ -29,7 +29,9 @@ class DynamicStalenessWeight(ServerCallback):
         \frac{\partial \alpha}{\partial \xi} \frac{\partial \xi}{\partial \theta}
 
     with :math:`g \approx (w_o - w_i) / (\eta_{local} \cdot \text{local steps})` estimated from the upload
-    (**Resolution** of the appendix's sign), and :math:`\Delta_{prev} = w_i^{prev} - w_{before}^{prev}` the
+    (**Resolution** of the appendix's sign; when the device merged a fresh model, the merge jump
+    :math:`w_a - w_b` is taken out of :math:`w_i - w_o` first, so that :math:`g` measures local training only),
+    and :math:`\Delta_{prev} = w_i^{prev} - w_{before}^{prev}` the
     direction of this device's previous accepted aggregation, differentiated at the :math:`t, s, \lambda, \sigma,
     \iota` used then. A device's first accepted upload uses the initial values. :math:`\sigma` is kept at least
     ``SIGMA_MIN``. ``eta_local`` is read from the client's optimizer (``update.info["lr"]``).
@@ -89,7 +91,10 @@ class DynamicStalenessWeight(ServerCallback):
         prev = self._previous.get(client)
         if prev is not None:
             steps = max(update.num_steps, 1)
-            g = (update.base_weights - update.weights) / (float(update.info.get("lr", 1.0)) * steps)
+            movement = update.base_weights - update.weights
+            if "merge_jump" in update.info:  # only the local SGD steps estimate the gradient, not the merge
+                movement = movement + update.info["merge_jump"]
+            g = movement / (float(update.info.get("lr", 1.0)) * steps)
             inner = float(torch.dot(g, prev["delta"]))
             d_lam, d_sigma, d_iota = fedasmu_alpha_grads(
                 prev["lambda"], prev["sigma"], prev["iota"], prev["version"], prev["staleness"], self.mu_alpha, inner
