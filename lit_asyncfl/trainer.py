@@ -23,6 +23,7 @@ from lit_asyncfl.client.trainer import LocalTrainer, SequentialExecutor
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.simulator import Simulator
+from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
 from lit_asyncfl.devices import DeviceModel, UniformRatio
 from lit_asyncfl.evaluation import evaluate, find_metric
@@ -342,13 +343,18 @@ class FederatedTrainer:
         dm.prepare_data()
         dm.setup("fit")
         self.datamodule = dm
+        algo = self.algorithm
+        fraction = max((cb.server_data_fraction for cb in algo.server_callbacks), default=0.0)
+        server_set = dm.split_server_data(fraction, self.seed)  # before the clients' partition
         shards = dm.client_shards(self.num_clients, self.seed, self.device)
         model.to(self.device)
         self.global_model = model
         self._flat = FlatParameters(model)
-        algo = self.algorithm
         local = LocalTrainer(model, shards, dm.batch_size, algo.client_callbacks, self.device)
         server = Server(self._flat.read(), algo.aggregator, algo.server_callbacks, self.num_clients)
+        if server_set is not None:
+            server.data = (server_set.tensors[0].to(self.device), server_set.tensors[1].to(self.device))
+        server._workspace_factory = lambda: ModelWorkspace(model, self.device)
         sim = Simulator(
             server=server,
             scheduler=algo.scheduler,

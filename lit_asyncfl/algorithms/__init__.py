@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm
+from lit_asyncfl.algorithms.fedadt import FedADT
 from lit_asyncfl.algorithms.fedasmu import FedASMU, FedASMU_0, FedASMU_DA, FedASMU_FA
 from lit_asyncfl.algorithms.fedasync import FedAsync
 from lit_asyncfl.algorithms.fedavg import FedAvg
@@ -18,6 +19,7 @@ PRESETS: dict[str, type[Algorithm]] = {
     "fedasmu-da": FedASMU_DA,
     "fedasmu-fa": FedASMU_FA,
     "fedasmu-0": FedASMU_0,
+    "fedadt": FedADT,
 }
 
 
@@ -37,6 +39,7 @@ def get_algorithm(name: str) -> Algorithm:
 __all__ = [
     "PRESETS",
     "Algorithm",
+    "FedADT",
     "FedASMU",
     "FedASMU_0",
     "FedASMU_DA",

@@ -30,10 +30,12 @@ class FedASMU(Algorithm):
 
     Defaults: the paper's system setup (m' = 10, T = 10, tau = 99, 10% parallelism) and control learning rates
     (1e-4, Table 5; at these rates the controls move little over a run of a few thousand versions). The initial
-    control values and :math:`\mu` are not given in the paper; the defaults (``lambda0 = sigma0 = 1``,
-    ``iota0 = 0.2``, ``mu_alpha = 1``: :math:`\alpha \approx 0.17`-0.5, near FedAsync's; ``gamma0 = 10``,
-    ``upsilon0 = 0.5``, ``mu_beta = 1``: :math:`\beta` falls from about 0.87 at the first versions to about 0.2
-    by version 1,000) are starting points to tune, as the paper tuned per setting.
+    control values and :math:`\mu` are not given in the paper; the defaults were tuned on the digits setup (seed
+    100, which the benchmark tables do not report): ``lambda0 = 30``, ``sigma0 = 1``, ``iota0 = 0``,
+    ``mu_alpha = 1`` make :math:`\alpha` staleness-aware and decaying with the version (about 0.5 for a fresh
+    update at version 1,000, 0.23 at staleness 9), and ``gamma0 = 3``, ``upsilon0 = 0.5``, ``mu_beta = 1`` keep the
+    fresh-model weight :math:`\beta` moderate (about 0.66 at the first versions, 0.07 by version 1,000). Since
+    :math:`\xi \propto \lambda / \sqrt{t}`, retune ``lambda0`` for runs of very different lengths.
 
     Args:
         period: Trigger period :math:`\mathcal{T}` (virtual seconds).
@@ -79,16 +81,16 @@ class FedASMU(Algorithm):
         dynamic_weights: bool = True,
         fresh_merge: bool = True,
         mu_alpha: float = 1.0,
-        lambda0: float = 1.0,
+        lambda0: float = 30.0,
         sigma0: float = 1.0,
-        iota0: float = 0.2,
+        iota0: float = 0.0,
         lr_lambda: float = 1e-4,
         lr_sigma: float = 1e-4,
         lr_iota: float = 1e-4,
         static_alpha: float = 0.6,
         static_a: float = 0.5,
         mu_beta: float = 1.0,
-        gamma0: float = 10.0,
+        gamma0: float = 3.0,
         upsilon0: float = 0.5,
         lr_gamma: float = 1e-4,
         lr_upsilon: float = 1e-4,

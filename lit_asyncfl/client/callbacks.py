@@ -88,3 +88,33 @@ class ProximalTerm(ClientCallback):
             params, anchors = zip(*pairs)
             grads = [p.grad for p in params]
             torch._foreach_add_(grads, torch._foreach_sub(params, anchors), alpha=self.mu)
+
+
+class LearningRateDecay(ClientCallback):
+    r"""Decay the clients' learning rate with the global version the job starts from: :math:`\eta_t = \eta \gamma^t`.
+
+    FedADT: :math:`\eta = 0.01`, :math:`\gamma = 0.9999` per global update. Multiplies every parameter group's
+    ``lr`` of the optimizer that ``configure_optimizers`` returned for the job (and the recorded ``lr``).
+
+    Args:
+        decay: Factor :math:`\gamma \in (0, 1]` per global version.
+
+    Example:
+        >>> LearningRateDecay(0.9999).factor(10_000)  # doctest: +ELLIPSIS
+        0.3678...
+    """
+
+    def __init__(self, decay: float = 0.9999) -> None:
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1], got {decay}")
+        self.decay = decay
+
+    def factor(self, version: int) -> float:
+        """The multiplier at global version ``version``."""
+        return self.decay**version
+
+    def on_train_start(self, trainer: LocalTrainer, job: ClientJob, start_weights: Tensor) -> None:
+        factor = self.factor(job.base_version)
+        for group in trainer.optimizer.param_groups:
+            group["lr"] *= factor
+        trainer.job_info["lr"] = float(trainer.optimizer.param_groups[0]["lr"])

@@ -60,15 +60,15 @@ class FreshModelMerge(ClientCallback):
         selector: The time-slot selector (default: ``TimeSlotSelector()``).
 
     Example:
-        >>> merge = FreshModelMerge(gamma0=10.0)
+        >>> merge = FreshModelMerge(gamma0=3.0)
         >>> merge.controls(3)
-        (10.0, 0.5)
+        (3.0, 0.5)
     """
 
     def __init__(
         self,
         mu_beta: float = 1.0,
-        gamma0: float = 10.0,
+        gamma0: float = 3.0,
         upsilon0: float = 0.5,
         lr_gamma: float = 1e-4,
         lr_upsilon: float = 1e-4,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -14,13 +13,9 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from lit_asyncfl.client.callbacks import ClientCallback
-from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
-
-
-def _no_log(*args: Any, **kwargs: Any) -> None:
-    """Stands in for ``LightningModule.log`` during local training (there is no Trainer to log to)."""
 
 
 def parse_optimizers(config: Any) -> tuple[Optimizer, list[tuple[Any, str]]]:
@@ -84,10 +79,8 @@ class LocalTrainer:
             )
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.module = copy.deepcopy(module).to(device)
-        self.module.log = _no_log  # type: ignore[method-assign]
-        self.module.log_dict = _no_log  # type: ignore[method-assign]
-        self.flat = FlatParameters(self.module)
+        workspace = ModelWorkspace(module, device)
+        self.module, self.flat = workspace.module, workspace.flat
         self.shards = shards
         self.batch_size = batch_size
         self.callbacks = list(callbacks)

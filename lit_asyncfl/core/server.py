@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -77,6 +78,19 @@ class Server:
         self.callbacks = callbacks
         self.num_clients = num_clients
         self.stats = ServerStats()
+        #: Labelled data held out for the server, as ``(inputs, targets)`` tensors, or ``None``.
+        self.data: tuple[Tensor, Tensor] | None = None
+        self._workspace_factory: Callable[[], Any] | None = None
+        self._workspace: Any = None
+
+    @property
+    def workspace(self) -> Any:
+        """A spare copy of the model (``.module``, ``.flat``) for callbacks that run it (built on first use)."""
+        if self._workspace is None:
+            if self._workspace_factory is None:
+                raise RuntimeError("this server has no model workspace")
+            self._workspace = self._workspace_factory()
+        return self._workspace
 
     def on_fit_start(self) -> None:
         """Reset the aggregator and callbacks for a new run."""
@@ -92,6 +106,11 @@ class Server:
         if not bool(torch.isfinite(w).all()):
             return "non_finite"
         return None
+
+    def processing_time(self, update: ClientUpdate) -> float:
+        """Virtual seconds the callbacks will spend on ``update`` if processed now."""
+        update.staleness = self.version - update.base_version
+        return float(sum(cb.processing_time(self, update) for cb in self.callbacks))
 
     def receive(self, update: ClientUpdate) -> bool:
         """Process one arriving update; return whether the global model moved to a new version."""

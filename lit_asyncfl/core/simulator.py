@@ -85,6 +85,8 @@ class Simulator:
         self.busy = np.zeros(self.num_clients, dtype=bool)
         self.in_flight: dict[int, ClientJob] = {}
         self.ready: dict[int, ClientUpdate] = {}  # updates computed at a request event, waiting for arrival
+        self.waiting: dict[int, tuple[ClientJob, ClientUpdate]] = {}  # arrived, waiting for the server
+        self.server_busy_until = 0.0
         self.snapshots: dict[int, Tensor] = {}
         self._snapshot_refs: Counter[int] = Counter()
         self.next_job_id = 0
@@ -215,6 +217,9 @@ class Simulator:
             self._arrival(event.data["job_id"])
         elif event.kind == "request":
             self._request(event.data["job_id"])
+        elif event.kind == "processed":
+            self._process(*self.waiting.pop(event.data["job_id"]))
+            self._serve()
         else:
             self.scheduler.on_event(self, event)
         self.events_processed += 1
@@ -243,6 +248,26 @@ class Simulator:
         update = self.ready.pop(job_id) if job_id in self.ready else self.executor.result(job_id)
         self.busy[job.client] = False
         self._release_snapshot(job.base_version)
+        self.waiting[job_id] = (job, update)
+        self._serve()
+
+    def _serve(self) -> None:
+        """Process waiting updates in arrival order while the server is free.
+
+        An update whose callbacks need server compute (``processing_time`` > 0) occupies the server until a
+        ``processed`` event; arrivals meanwhile wait, so the new version appears only when the work is done.
+        """
+        while self.waiting and self.now >= self.server_busy_until:
+            job_id, (job, update) = next(iter(self.waiting.items()))
+            cost = self.server.processing_time(update)
+            if cost > 0:
+                self.server_busy_until = self.now + cost
+                self.queue.push(self.server_busy_until, "processed", job_id=job_id)
+                return
+            del self.waiting[job_id]
+            self._process(job, update)
+
+    def _process(self, job: ClientJob, update: ClientUpdate) -> None:
         version = self.server.version
         aggregated = self.server.receive(update)
         if aggregated and self.on_new_version is not None:
@@ -271,6 +296,8 @@ class Simulator:
             "busy": torch.from_numpy(self.busy.copy()),
             "in_flight": [job.state_dict() for job in self.in_flight.values()],
             "ready": {job_id: update.state_dict() for job_id, update in self.ready.items()},
+            "waiting": [update.state_dict() for _, update in self.waiting.values()],
+            "server_busy_until": self.server_busy_until,
             "snapshots": dict(self.snapshots),
             "rng": self.rng.bit_generator.state,
             "next_job_id": self.next_job_id,
@@ -296,6 +323,9 @@ class Simulator:
         self.stalled_arrivals = int(state["stalled_arrivals"])
         self.in_flight, self.snapshots, self._snapshot_refs = {}, {}, Counter()
         self.ready = {int(k): ClientUpdate.from_state_dict(v) for k, v in state["ready"].items()}
+        waiting = [ClientUpdate.from_state_dict(u) for u in state["waiting"]]
+        self.waiting = {u.job.job_id: (u.job, u) for u in waiting}
+        self.server_busy_until = float(state["server_busy_until"])
         for job_state in sorted(state["in_flight"], key=lambda s: s["job_id"]):
             job = ClientJob.from_state_dict(job_state)
             self.in_flight[job.job_id] = job

@@ -54,6 +54,9 @@ class FederatedDataModule(L.LightningDataModule):
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
+        #: Labelled data held out of the clients' training data for the server (e.g. FedADT's distillation set).
+        self.server_set: TensorDataset | None = None
+        self._full_train_set: Dataset | None = None
 
     def _require(self, name: str) -> Dataset:
         dataset = getattr(self, name)
@@ -82,6 +85,30 @@ class FederatedDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return DataLoader(self._require("test_set"), batch_size=self.eval_batch_size)
+
+    def split_server_data(self, fraction: float, seed: int) -> TensorDataset | None:
+        """Hold out a random ``fraction`` of the training data for the server, before the clients' partition.
+
+        The held-out samples leave ``train_set`` (so no client and no evaluation sees them) and become
+        ``server_set``. Calling it again re-splits from the full training set. Returns ``server_set``.
+        """
+        if not 0.0 <= fraction < 1.0:
+            raise ValueError(f"server data fraction must be in [0, 1), got {fraction}")
+        if self._full_train_set is None:
+            self._full_train_set = self._require("train_set")
+        self.train_set, self.server_set = self._full_train_set, None
+        if fraction == 0.0:
+            return None
+        tensors = dataset_tensors(self._full_train_set)
+        if tensors is None:
+            raise ValueError(f"{type(self).__name__}: server data needs a training set of (input, label) tensors")
+        x, y = tensors
+        order = np.random.default_rng([seed, 0x5E4]).permutation(len(y))
+        k = max(1, round(fraction * len(y)))
+        held, rest = np.sort(order[:k]), np.sort(order[k:])
+        self.server_set = TensorDataset(x[held], y[held])
+        self.train_set = TensorDataset(x[rest], y[rest])
+        return self.server_set
 
     def client_shards(
         self, num_clients: int, seed: int, device: torch.device | str = "cpu"

@@ -23,6 +23,8 @@ class ServerCallback:
 
     #: How a rejection by this callback is counted in the summary: ``"rejected"`` or ``"discarded"``.
     rejection_kind: str = "rejected"
+    #: Fraction of the training data held out for the server before partitioning (``server.data``).
+    server_data_fraction: float = 0.0
 
     @property
     def state_key(self) -> str:
@@ -31,6 +33,14 @@ class ServerCallback:
 
     def on_fit_start(self, server: Server) -> None:
         """Called when a run starts, before any dispatch: reset per-run state here."""
+
+    def processing_time(self, server: Server, update: ClientUpdate) -> float:
+        """Virtual seconds of server compute this callback will spend on ``update`` (e.g. distillation).
+
+        Called when the server starts on an update (``update.staleness`` is set). While the server works, later
+        arrivals queue; the update is processed, and the new version published, when the time has passed.
+        """
+        return 0.0
 
     def reject_update(self, server: Server, update: ClientUpdate) -> str | None:
         """Return a short reason to reject ``update``, or ``None`` to accept it."""

@@ -48,16 +48,16 @@ class DynamicStalenessWeight(ServerCallback):
         lr_iota: :math:`\eta_\iota`.
 
     Example:
-        >>> DynamicStalenessWeight(iota0=0.2).controls(5)
+        >>> DynamicStalenessWeight(lambda0=1.0, iota0=0.2).controls(5)
         (1.0, 1.0, 0.2)
     """
 
     def __init__(
         self,
         mu_alpha: float = 1.0,
-        lambda0: float = 1.0,
+        lambda0: float = 30.0,
         sigma0: float = 1.0,
-        iota0: float = 0.2,
+        iota0: float = 0.0,
         lr_lambda: float = 1e-4,
         lr_sigma: float = 1e-4,
         lr_iota: float = 1e-4,
