@@ -124,7 +124,7 @@ def test_fedavg_on_iid_digits_reaches_85_percent(tmp_path):
 def test_preset_names_are_accepted_and_unknown_ones_listed(tmp_path):
     assert FederatedTrainer("FedBuff", max_versions=1, logger=False).algorithm.name == "FedBuff"
     with pytest.raises(
-        ValueError, match=r"unknown algorithm preset 'fedfoo'; allowed: \['fedasmu', 'fedasmu-0'.*'fedprox'\]"
+        ValueError, match=r"unknown algorithm preset 'fedfoo'; allowed: \['fedadt', 'fedasmu', .*'fedprox'\]"
     ):
         FederatedTrainer("fedfoo", max_versions=1)
 

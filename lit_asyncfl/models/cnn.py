@@ -19,6 +19,7 @@ class SimpleCNN(ClassificationModule):
         weight_decay: L2 penalty.
 
     Example:
+        >>> import torch
         >>> SimpleCNN(in_channels=3, input_size=32)(torch.zeros(2, 3, 32, 32)).shape
         torch.Size([2, 10])
     """
