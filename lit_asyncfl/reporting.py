@@ -11,6 +11,17 @@ from typing import Any
 BASE_COLUMNS = ("version", "virtual_time", "accuracy", "loss", "updates_received", "updates_aggregated", "wall_time")
 
 
+def first_reaching(history: Sequence[dict[str, Any]], target: float) -> dict[str, Any] | None:
+    """The first evaluation whose accuracy reaches ``target`` (``None`` if none did).
+
+    Example:
+        >>> rows = [{"version": 0, "accuracy": 0.1}, {"version": 7, "accuracy": 0.85}]
+        >>> first_reaching(rows, 0.8)["version"], first_reaching(rows, 0.9)
+        (7, None)
+    """
+    return next((r for r in history if r.get("accuracy") is not None and r["accuracy"] >= target), None)
+
+
 def time_to_target(history: Sequence[dict[str, Any]], target: float) -> float | None:
     """Virtual time of the first evaluation whose accuracy reaches ``target`` (``None`` if never).
 
@@ -18,11 +29,8 @@ def time_to_target(history: Sequence[dict[str, Any]], target: float) -> float | 
         >>> time_to_target([{"virtual_time": 0, "accuracy": 0.1}, {"virtual_time": 9.5, "accuracy": 0.85}], 0.8)
         9.5
     """
-    for row in history:
-        acc = row.get("accuracy")
-        if acc is not None and acc >= target:
-            return float(row["virtual_time"])
-    return None
+    row = first_reaching(history, target)
+    return None if row is None else float(row["virtual_time"])
 
 
 def write_history_csv(history: Sequence[dict[str, Any]], path: str | Path) -> None:

@@ -22,12 +22,12 @@ from lit_asyncfl.algorithms import Algorithm, get_algorithm
 from lit_asyncfl.client.trainer import LocalTrainer, SequentialExecutor
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.simulator import Simulator
+from lit_asyncfl.core.simulator import Simulator, sample_profiles
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
 from lit_asyncfl.devices import DeviceModel, UniformRatio
 from lit_asyncfl.evaluation import evaluate, find_metric
-from lit_asyncfl.reporting import format_summary, plot_history, time_to_target, write_history_csv
+from lit_asyncfl.reporting import first_reaching, format_summary, plot_history, write_history_csv
 
 CHECKPOINT_FORMAT = "lit_asyncfl.checkpoint.v1"
 ACCELERATORS = ("cpu", "cuda", "gpu", "auto")
@@ -346,7 +346,8 @@ class FederatedTrainer:
         algo = self.algorithm
         fraction = max((cb.server_data_fraction for cb in algo.server_callbacks), default=0.0)
         server_set = dm.split_server_data(fraction, self.seed)  # before the clients' partition
-        shards = dm.client_shards(self.num_clients, self.seed, self.device)
+        profiles = sample_profiles(self.device_model, self.num_clients, self.seed)
+        shards = dm.client_shards(self.num_clients, self.seed, self.device, slowness=profiles.time_per_sample)
         model.to(self.device)
         self.global_model = model
         self._flat = FlatParameters(model)
@@ -366,6 +367,7 @@ class FederatedTrainer:
             seed=self.seed,
             model_bytes=self._flat.nbytes,
             client_callbacks=algo.client_callbacks,
+            profiles=profiles,
         )
         sim.on_new_version = self._on_new_version
         self.simulator = sim
@@ -558,13 +560,15 @@ class FederatedTrainer:
     def _summarize(self, sim: Simulator) -> dict[str, Any]:
         stats = sim.server.stats
         accs = [r["accuracy"] for r in self.history if r.get("accuracy") is not None]
+        reached = first_reaching(self.history, self.target_accuracy)
         return {
             "algorithm": self.algorithm.name,
             "num_clients": self.num_clients,
             "final_accuracy": accs[-1] if accs else None,
             "best_accuracy": max(accs) if accs else None,
             "target_accuracy": self.target_accuracy,
-            "time_to_target": time_to_target(self.history, self.target_accuracy),
+            "time_to_target": None if reached is None else float(reached["virtual_time"]),
+            "versions_to_target": None if reached is None else reached["version"],
             "versions": sim.server.version,
             "virtual_time": sim.now,
             "updates_received": stats.received,

@@ -122,11 +122,12 @@ def test_fedavg_on_iid_digits_reaches_85_percent(tmp_path):
 
 
 def test_preset_names_are_accepted_and_unknown_ones_listed(tmp_path):
+    from lit_asyncfl.algorithms import PRESETS
+
     assert FederatedTrainer("FedBuff", max_versions=1, logger=False).algorithm.name == "FedBuff"
-    with pytest.raises(
-        ValueError, match=r"unknown algorithm preset 'fedfoo'; allowed: \['fedadt', 'fedasmu', .*'fedprox'\]"
-    ):
+    with pytest.raises(ValueError, match=r"unknown algorithm preset 'fedfoo'; allowed: \[") as err:
         FederatedTrainer("fedfoo", max_versions=1)
+    assert all(f"'{name}'" in str(err.value) for name in PRESETS)
 
 
 def test_main_returns_zero_for_the_console_script(tmp_path):

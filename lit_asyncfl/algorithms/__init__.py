@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm
+from lit_asyncfl.algorithms.dynsgd import DynSGD
 from lit_asyncfl.algorithms.fedadt import FedADT
 from lit_asyncfl.algorithms.fedasmu import FedASMU, FedASMU_0, FedASMU_DA, FedASMU_FA
 from lit_asyncfl.algorithms.fedasync import FedAsync
 from lit_asyncfl.algorithms.fedavg import FedAvg
 from lit_asyncfl.algorithms.fedbuff import FedBuff
+from lit_asyncfl.algorithms.fedhist import FedHist, FedHist_noEGS, FedHist_noHAA, FedHist_noINA
 from lit_asyncfl.algorithms.fedprox import FedProx
+from lit_asyncfl.algorithms.twafl import TWAFL
 
 PRESETS: dict[str, type[Algorithm]] = {
     "fedavg": FedAvg,
@@ -20,6 +23,12 @@ PRESETS: dict[str, type[Algorithm]] = {
     "fedasmu-fa": FedASMU_FA,
     "fedasmu-0": FedASMU_0,
     "fedadt": FedADT,
+    "fedhist": FedHist,
+    "fedhist-noegs": FedHist_noEGS,
+    "fedhist-nohaa": FedHist_noHAA,
+    "fedhist-noina": FedHist_noINA,
+    "dynsgd": DynSGD,
+    "twafl": TWAFL,
 }
 
 
@@ -38,7 +47,9 @@ def get_algorithm(name: str) -> Algorithm:
 
 __all__ = [
     "PRESETS",
+    "TWAFL",
     "Algorithm",
+    "DynSGD",
     "FedADT",
     "FedASMU",
     "FedASMU_0",
@@ -47,6 +58,10 @@ __all__ = [
     "FedAsync",
     "FedAvg",
     "FedBuff",
+    "FedHist",
+    "FedHist_noEGS",
+    "FedHist_noHAA",
+    "FedHist_noINA",
     "FedProx",
     "get_algorithm",
 ]

@@ -80,6 +80,11 @@ class Server:
         self.stats = ServerStats()
         #: Labelled data held out for the server, as ``(inputs, targets)`` tensors, or ``None``.
         self.data: tuple[Tensor, Tensor] | None = None
+        #: The global weights before the last aggregation.
+        self.previous_weights = weights
+        self._step_callbacks = [
+            cb for cb in callbacks if type(cb).transform_aggregate is not ServerCallback.transform_aggregate
+        ]
         self._workspace_factory: Callable[[], Any] | None = None
         self._workspace: Any = None
 
@@ -145,6 +150,11 @@ class Server:
             return False
         updates = [u for u, _ in self.aggregator.buffer]
         new_weights = self.aggregator.aggregate(self)
+        if self._step_callbacks:
+            step = new_weights - self.weights
+            for cb in self._step_callbacks:
+                step = cb.transform_aggregate(self, step, updates)
+            new_weights = self.weights + step
         self.aggregator.buffer = []
         if not bool(torch.isfinite(new_weights).all()):
             # A transform or weight produced a non-finite model: keep the current one, count the updates.
@@ -153,7 +163,7 @@ class Server:
                 updates
             )
             return False
-        self.weights = new_weights
+        self.previous_weights, self.weights = self.weights, new_weights
         self.version += 1
         self.stats.aggregated += len(updates)
         for cb in self.callbacks:
@@ -173,7 +183,7 @@ class Server:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state produced by :meth:`state_dict`."""
-        self.weights = state["weights"]
+        self.weights = self.previous_weights = state["weights"]
         self.version = int(state["version"])
         self.now = float(state["now"])
         self.stats = ServerStats(**state["stats"])

@@ -32,6 +32,11 @@ def samples_before_step(num_samples: int, batch_size: int, step: int) -> int:
     return epochs * num_samples + min(within * batch_size, num_samples)
 
 
+def sample_profiles(device_model: DeviceModel, num_clients: int, seed: int) -> DeviceProfiles:
+    """The run's device profiles: drawn from a stream of their own, so partitions may depend on them."""
+    return device_model.sample_profiles(num_clients, np.random.default_rng([seed, 0xDE71CE]))
+
+
 class Simulator:
     """Runs one federated simulation on a virtual clock.
 
@@ -51,6 +56,7 @@ class Simulator:
         seed: Run seed (device profiles, client choice, per-job seeds).
         model_bytes: Bytes of one model transfer.
         client_callbacks: Client callbacks (their state is checkpointed with the simulation).
+        profiles: The clients' device profiles, when drawn beforehand (see :func:`sample_profiles`).
     """
 
     def __init__(
@@ -65,6 +71,7 @@ class Simulator:
         seed: int,
         model_bytes: int,
         client_callbacks: Sequence[ClientCallback] = (),
+        profiles: DeviceProfiles | None = None,
     ) -> None:
         self.server = server
         self.scheduler = scheduler
@@ -77,9 +84,7 @@ class Simulator:
         self.seed = seed
         self.model_bytes = model_bytes
         self.client_callbacks = list(client_callbacks)
-        self.profiles: DeviceProfiles = device_model.sample_profiles(
-            self.num_clients, np.random.default_rng([seed, 0xDE71CE])
-        )
+        self.profiles = profiles if profiles is not None else sample_profiles(device_model, self.num_clients, seed)
         self.rng = np.random.default_rng([seed, 0x5C4ED])
         self.queue = EventQueue()
         self.busy = np.zeros(self.num_clients, dtype=bool)

@@ -2,7 +2,15 @@
 
 from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule, split_dataset
 from lit_asyncfl.data.digits import DigitsDataModule
-from lit_asyncfl.data.partition import IID, PARTITIONERS, Dirichlet, Partitioner, QuantitySkew, Shards
+from lit_asyncfl.data.partition import (
+    IID,
+    PARTITIONERS,
+    Dirichlet,
+    Partitioner,
+    QuantitySkew,
+    RareClassOnSlowClients,
+    Shards,
+)
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
 from lit_asyncfl.data.vision import (
     CIFAR10DataModule,
@@ -27,6 +35,7 @@ __all__ = [
     "PartitionedDataModule",
     "Partitioner",
     "QuantitySkew",
+    "RareClassOnSlowClients",
     "Shards",
     "VisionDataModule",
     "split_dataset",

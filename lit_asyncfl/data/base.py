@@ -111,11 +111,16 @@ class FederatedDataModule(L.LightningDataModule):
         return self.server_set
 
     def client_shards(
-        self, num_clients: int, seed: int, device: torch.device | str = "cpu"
+        self,
+        num_clients: int,
+        seed: int,
+        device: torch.device | str = "cpu",
+        slowness: np.ndarray | None = None,
     ) -> ClientShards | DatasetShards:
-        """Split the training set among ``num_clients`` clients with the partitioner, seeded by ``seed``."""
+        """Split the training set among ``num_clients`` clients with the partitioner, seeded by ``seed``
+        (``slowness``: each client's device slowness, for partitions that place data by speed)."""
         train = self._require("train_set")
-        return split_dataset(train, self.partitioner, num_clients, seed, device)
+        return split_dataset(train, self.partitioner, num_clients, seed, device, slowness=slowness)
 
 
 def split_dataset(
@@ -125,12 +130,13 @@ def split_dataset(
     seed: int,
     device: torch.device | str = "cpu",
     collate_fn: Any = None,
+    slowness: np.ndarray | None = None,
 ) -> ClientShards | DatasetShards:
     """Partition ``dataset`` and keep it resident as tensors when it fits, else behind a ``DataLoader``."""
     rng = np.random.default_rng([seed, 0x9A27])  # a stream of its own: the split does not move other draws
     tensors = dataset_tensors(dataset)
     targets = tensors[1].cpu().numpy() if tensors is not None else dataset_targets(dataset)
-    indices = partitioner(targets, num_clients, rng)
+    indices = partitioner(targets, num_clients, rng, slowness)
     if tensors is not None:
         return ClientShards(tensors[0], tensors[1], indices, device)
     return DatasetShards(dataset, indices, device, collate_fn)
@@ -180,8 +186,12 @@ class PartitionedDataModule(FederatedDataModule):
         return self.datamodule.test_dataloader()
 
     def client_shards(
-        self, num_clients: int, seed: int, device: torch.device | str = "cpu"
+        self,
+        num_clients: int,
+        seed: int,
+        device: torch.device | str = "cpu",
+        slowness: np.ndarray | None = None,
     ) -> ClientShards | DatasetShards:
         train = self._require("train_set")
         collate = self._train_loader.collate_fn if self._train_loader is not None else None
-        return split_dataset(train, self.partitioner, num_clients, seed, device, collate)
+        return split_dataset(train, self.partitioner, num_clients, seed, device, collate, slowness)

@@ -10,9 +10,22 @@ import numpy as np
 
 
 class Partitioner:
-    """Base class of partitioners."""
+    """Base class of partitioners.
 
-    def __call__(self, targets: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    A partitioner that places data by device speed sets ``needs_slowness = True`` and implements
+    :meth:`split_by_speed`; the trainer then draws the device profiles before partitioning and passes each
+    client's slowness (virtual seconds per sample).
+    """
+
+    needs_slowness = False
+
+    def __call__(
+        self,
+        targets: np.ndarray,
+        num_clients: int,
+        rng: np.random.Generator,
+        slowness: np.ndarray | None = None,
+    ) -> list[np.ndarray]:
         targets = np.asarray(targets)
         if num_clients < 1:
             raise ValueError(f"num_clients must be >= 1, got {num_clients}")
@@ -21,8 +34,19 @@ class Partitioner:
                 f"cannot split {len(targets)} training samples among {num_clients} clients: "
                 f"num_clients must be <= {len(targets)}"
             )
-        parts = self.split(targets, num_clients, rng)
+        if self.needs_slowness:
+            if slowness is None or len(slowness) != num_clients:
+                raise ValueError(f"{self!r} places data by device speed: pass one slowness per client")
+            parts = self.split_by_speed(targets, num_clients, rng, np.asarray(slowness))
+        else:
+            parts = self.split(targets, num_clients, rng)
         return [np.sort(p).astype(np.int64) for p in parts]
+
+    def split_by_speed(
+        self, targets: np.ndarray, num_clients: int, rng: np.random.Generator, slowness: np.ndarray
+    ) -> list[np.ndarray]:
+        """Return one index array per client, knowing each client's slowness (for ``needs_slowness``)."""
+        raise NotImplementedError
 
     def split(self, targets: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
         """Return one index array per client (validated inputs)."""
@@ -159,6 +183,62 @@ class QuantitySkew(Partitioner):
         while sizes.sum() > n:  # clipping at 1 overshot: take from the largest
             sizes[int(np.argmax(sizes))] -= 1
         return np.split(rng.permutation(n), np.cumsum(sizes)[:-1])
+
+
+class RareClassOnSlowClients(Partitioner):
+    """Some classes only on the slowest devices (FedHist's "specific labels only on a few slow clients").
+
+    The samples of ``rare_classes`` are split evenly among the ``num_slow_clients`` slowest clients; the other
+    samples are partitioned among all clients by ``base``.
+
+    Args:
+        rare_classes: Labels held only by slow clients.
+        num_slow_clients: How many of the slowest clients hold them.
+        base: Partition of the other samples (a name or a partitioner).
+        alpha: Dirichlet concentration when ``base="dirichlet"``.
+
+    Example:
+        >>> targets = np.repeat(np.arange(4), 10)
+        >>> p = RareClassOnSlowClients(rare_classes=[3], num_slow_clients=2, base="iid")
+        >>> parts = p(targets, 5, np.random.default_rng(0), slowness=np.array([1.0, 5.0, 2.0, 4.0, 3.0]))
+        >>> [int((targets[q] == 3).sum()) for q in parts]  # clients 1 and 3 are the slowest
+        [0, 5, 0, 5, 0]
+    """
+
+    needs_slowness = True
+
+    def __init__(
+        self,
+        rare_classes: list[int] | tuple[int, ...] = (0,),
+        num_slow_clients: int = 5,
+        base: str | Partitioner = "dirichlet",
+        alpha: float | None = None,
+    ) -> None:
+        if num_slow_clients < 1:
+            raise ValueError(f"num_slow_clients must be >= 1, got {num_slow_clients}")
+        if not rare_classes:
+            raise ValueError("rare_classes must name at least one label")
+        self.rare_classes = [int(c) for c in rare_classes]
+        self.num_slow_clients = num_slow_clients
+        self.base = resolve_partitioner(base, alpha)
+        if self.base.needs_slowness:
+            raise ValueError("the base partition of a RareClassOnSlowClients cannot itself depend on speed")
+
+    def split_by_speed(
+        self, targets: np.ndarray, num_clients: int, rng: np.random.Generator, slowness: np.ndarray
+    ) -> list[np.ndarray]:
+        if self.num_slow_clients > num_clients:
+            raise ValueError(f"num_slow_clients={self.num_slow_clients} exceeds num_clients={num_clients}")
+        rare = np.isin(targets, self.rare_classes)
+        missing = sorted(set(self.rare_classes) - set(np.unique(targets[rare]).tolist()))
+        if missing:
+            raise ValueError(f"rare classes {missing} do not occur in the training targets")
+        common = np.flatnonzero(~rare)
+        parts = [common[p] for p in self.base(targets[common], num_clients, rng)]
+        slowest = np.argsort(-slowness, kind="stable")[: self.num_slow_clients]
+        for client, chunk in zip(slowest, np.array_split(rng.permutation(np.flatnonzero(rare)), len(slowest))):
+            parts[client] = np.concatenate([parts[client], chunk])
+        return parts
 
 
 PARTITIONERS: dict[str, type[Partitioner]] = {

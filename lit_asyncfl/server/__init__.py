@@ -4,6 +4,10 @@ from lit_asyncfl.server.aggregators import Aggregator, DeltaAverage, Mixing, Mod
 from lit_asyncfl.server.base import ServerCallback
 from lit_asyncfl.server.distillation import DistillationCorrection
 from lit_asyncfl.server.dynamic_weight import DynamicStalenessWeight
+from lit_asyncfl.server.gradient_history import GradientHistory
+from lit_asyncfl.server.gradient_stability import GradientStability
+from lit_asyncfl.server.history_weights import HistoryAwareWeight
+from lit_asyncfl.server.norm_amplification import NormAmplification
 from lit_asyncfl.server.staleness_bound import StalenessBound
 from lit_asyncfl.server.weights import DataSizeWeight, StalenessWeight
 
@@ -13,8 +17,12 @@ __all__ = [
     "DeltaAverage",
     "DistillationCorrection",
     "DynamicStalenessWeight",
+    "GradientHistory",
+    "GradientStability",
+    "HistoryAwareWeight",
     "Mixing",
     "ModelAverage",
+    "NormAmplification",
     "ServerCallback",
     "StalenessBound",
     "StalenessWeight",

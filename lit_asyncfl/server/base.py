@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from lit_asyncfl.core.server import Server
     from lit_asyncfl.core.update import ClientUpdate
 
@@ -15,7 +17,8 @@ class ServerCallback:
     For each arriving update the server calls, over its ordered callbacks: every ``reject_update`` (the first
     reason returned rejects the update), then every ``transform_update`` (correction, fusion), then every
     ``weight_update`` (a multiplicative chain starting at 1.0), then hands the update and its weight to the
-    algorithm's :class:`~lit_asyncfl.server.aggregators.Aggregator`. After each aggregation, ``on_aggregated``.
+    algorithm's :class:`~lit_asyncfl.server.aggregators.Aggregator`. When the aggregator has produced the next
+    model, every ``transform_aggregate`` may change the step, then ``on_aggregated`` is called.
 
     State that must survive a checkpoint goes through :meth:`state_dict` / :meth:`load_state_dict`, stored under
     :attr:`state_key`.
@@ -54,8 +57,13 @@ class ServerCallback:
         """Return the update's aggregation weight, given the weight computed by the callbacks before."""
         return weight
 
+    def transform_aggregate(self, server: Server, step: Tensor, updates: list[ClientUpdate]) -> Tensor:
+        """Return the step to apply to the global model (``new - current``), e.g. rescaled (FedHist's INA)."""
+        return step
+
     def on_aggregated(self, server: Server, updates: list[ClientUpdate]) -> None:
-        """Called after the global model moved to a new version built from ``updates``."""
+        """Called after the global model moved to a new version built from ``updates``
+        (``server.previous_weights`` holds the model before)."""
 
     def state_dict(self) -> dict[str, Any]:
         """Checkpointable state (plain Python values and tensors)."""

@@ -1,0 +1,34 @@
+"""TWAFL's temporally weighted aggregation (Chen, Sun and Jin, 2019) under K-async training."""
+
+from __future__ import annotations
+
+import math
+
+from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
+from lit_asyncfl.schedulers.k_async import KAsync
+from lit_asyncfl.server.aggregators import DeltaAverage
+from lit_asyncfl.server.weights import StalenessWeight
+
+
+class TWAFL(Algorithm):
+    r"""Weights :math:`p_i \propto (e/2)^{-\tau_i}`, normalised: the exponential staleness weight with
+    :math:`a = \ln(e/2) = 1 - \ln 2` (the constant factor of FedHist's :math:`\tau = t - o + 1` cancels in the
+    normalisation), under K-async rounds.
+
+    Args:
+        k: Updates per aggregation :math:`K`.
+        server_lr: Server learning rate :math:`\eta`.
+
+    Example:
+        >>> round(TWAFL().server_callbacks[0].a, 6)
+        0.306853
+    """
+
+    def __init__(self, k: int = 10, server_lr: float = 1.0) -> None:
+        hparams = hyperparameters(locals())
+        super().__init__(
+            scheduler=KAsync(k),
+            aggregator=DeltaAverage(buffer_size=k, server_lr=server_lr, normalize=True),
+            server_callbacks=[StalenessWeight("exponential", a=1.0 - math.log(2.0))],
+            hparams=hparams,
+        )
