@@ -54,6 +54,8 @@ class FederatedDataModule(L.LightningDataModule):
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
+        #: Collate function for clients' batches when the training set cannot be kept as tensors.
+        self.collate_fn: Any = None
         #: Labelled data held out of the clients' training data for the server (e.g. FedADT's distillation set).
         self.server_set: TensorDataset | None = None
         self._full_train_set: Dataset | None = None
@@ -120,7 +122,7 @@ class FederatedDataModule(L.LightningDataModule):
         """Split the training set among ``num_clients`` clients with the partitioner, seeded by ``seed``
         (``slowness``: each client's device slowness, for partitions that place data by speed)."""
         train = self._require("train_set")
-        return split_dataset(train, self.partitioner, num_clients, seed, device, slowness=slowness)
+        return split_dataset(train, self.partitioner, num_clients, seed, device, self.collate_fn, slowness)
 
 
 def split_dataset(
@@ -167,7 +169,6 @@ class PartitionedDataModule(FederatedDataModule):
     ) -> None:
         super().__init__(partition=partition, alpha=alpha)
         self.datamodule = datamodule
-        self._train_loader: DataLoader | None = None
 
     def prepare_data(self) -> None:
         self.datamodule.prepare_data()
@@ -175,23 +176,13 @@ class PartitionedDataModule(FederatedDataModule):
     def setup(self, stage: str) -> None:
         self.datamodule.setup(stage)
         if stage == "fit":
-            self._train_loader = self.datamodule.train_dataloader()
-            self.train_set = self._train_loader.dataset
-            self.batch_size = self._train_loader.batch_size or self.batch_size
+            loader = self.datamodule.train_dataloader()
+            self.train_set = loader.dataset
+            self.batch_size = loader.batch_size or self.batch_size
+            self.collate_fn = loader.collate_fn
 
     def val_dataloader(self) -> Any:
         return self.datamodule.val_dataloader()
 
     def test_dataloader(self) -> Any:
         return self.datamodule.test_dataloader()
-
-    def client_shards(
-        self,
-        num_clients: int,
-        seed: int,
-        device: torch.device | str = "cpu",
-        slowness: np.ndarray | None = None,
-    ) -> ClientShards | DatasetShards:
-        train = self._require("train_set")
-        collate = self._train_loader.collate_fn if self._train_loader is not None else None
-        return split_dataset(train, self.partitioner, num_clients, seed, device, collate, slowness)
