@@ -1,6 +1,8 @@
-"""A small classification ``LightningModule`` base shared by the bundled models."""
+"""A small classification ``LightningModule`` base and the normalisation-layer choice shared by the bundled models."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import lightning as L
 import torch
@@ -12,8 +14,9 @@ from torchmetrics.functional.classification import multiclass_accuracy
 class ClassificationModule(L.LightningModule):
     """Cross-entropy training, accuracy/loss evaluation and an SGD optimizer around ``self.net``.
 
-    Subclasses build ``self.net`` (a module mapping inputs to logits). ``validation_step`` logs ``val_loss`` and
-    ``val_acc``; ``test_step`` logs ``test_loss`` and ``test_acc`` (accuracy via torchmetrics).
+    Subclasses build ``self.net`` (a module mapping inputs to logits) or override ``forward``. ``validation_step``
+    logs ``val_loss`` and ``val_acc``; ``test_step`` logs ``test_loss`` and ``test_acc`` (accuracy via
+    torchmetrics). Training and evaluation share :meth:`loss` (cross-entropy), which a subclass may override.
 
     Args:
         num_classes: Number of classes.
@@ -41,16 +44,20 @@ class ClassificationModule(L.LightningModule):
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
 
+    def loss(self, logits: Tensor, y: Tensor) -> Tensor:
+        """The training and evaluation loss of ``logits`` against integer labels ``y`` (here cross-entropy)."""
+        return F.cross_entropy(logits, y)
+
     def training_step(self, batch: list[Tensor], batch_idx: int) -> Tensor:
         x, y = batch
-        loss = F.cross_entropy(self(x), y)
+        loss = self.loss(self(x), y)
         self.log("train_loss", loss)
         return loss
 
     def _evaluate(self, batch: list[Tensor], prefix: str) -> None:
         x, y = batch
         logits = self(x)
-        self.log(f"{prefix}_loss", F.cross_entropy(logits, y), batch_size=len(y))
+        self.log(f"{prefix}_loss", self.loss(logits, y), batch_size=len(y))
         acc = multiclass_accuracy(logits, y, num_classes=self.num_classes, average="micro")
         self.log(f"{prefix}_acc", acc, batch_size=len(y))
 
@@ -62,3 +69,38 @@ class ClassificationModule(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+
+
+_NORM_LAYERS: dict[str, Callable[[int, int], nn.Module]] = {
+    "batch": lambda channels, groups: nn.BatchNorm2d(channels),
+    "group": lambda channels, groups: nn.GroupNorm(groups, channels),
+    "none": lambda channels, groups: nn.Identity(),
+}
+
+
+def norm2d(norm: str, channels: int, groups: int = 8) -> nn.Module:
+    """The normalisation layer after a convolution: ``"batch"``, ``"group"`` or ``"none"``.
+
+    ``"group"`` (GroupNorm with ``groups`` groups) keeps no running statistics, so a model using it has no buffers:
+    it runs under a batched (vmap) client engine and federated averaging of its parameters is the whole story.
+
+    Args:
+        norm: ``"batch"`` (BatchNorm2d), ``"group"`` (GroupNorm) or ``"none"`` (identity).
+        channels: Channels of the normalised feature map.
+        groups: GroupNorm groups; must divide ``channels`` (used only by ``"group"``).
+
+    Example:
+        >>> norm2d("group", 16, groups=8).num_groups
+        8
+        >>> norm2d("none", 16)
+        Identity()
+        >>> norm2d("layer", 16)
+        Traceback (most recent call last):
+        ...
+        ValueError: norm must be one of ['batch', 'group', 'none'], got 'layer'
+    """
+    if norm not in _NORM_LAYERS:
+        raise ValueError(f"norm must be one of {sorted(_NORM_LAYERS)}, got {norm!r}")
+    if norm == "group" and (groups < 1 or channels % groups):
+        raise ValueError(f"groups must be >= 1 and divide the channel count {channels}, got {groups}")
+    return _NORM_LAYERS[norm](channels, groups)
