@@ -66,15 +66,21 @@ class _LogCapture:
 def find_metric(metrics: dict[str, float], kind: str) -> float | None:
     """The value of the logged metric whose name ends in ``acc``/``accuracy`` (``kind="accuracy"``) or ``loss``.
 
+    A regression model has no accuracy: its coefficient of determination (a metric ending in ``r2``) stands in
+    for it, so targets and time-to-target work the same way.
+
     Example:
         >>> find_metric({"val_loss": 0.3, "val_acc": 0.9}, "accuracy")
         0.9
+        >>> find_metric({"val_loss": 0.3, "val_r2": 0.7}, "accuracy")
+        0.7
     """
-    suffixes = ("acc", "accuracy") if kind == "accuracy" else ("loss",)
-    for name, value in metrics.items():
-        last = name.replace("/", "_").rsplit("_", 1)[-1].lower()
-        if last in suffixes:
-            return value
+    groups = [("acc", "accuracy"), ("r2",)] if kind == "accuracy" else [("loss",)]
+    for suffixes in groups:
+        for name, value in metrics.items():
+            last = name.replace("/", "_").rsplit("_", 1)[-1].lower()
+            if last in suffixes:
+                return value
     return None
 
 

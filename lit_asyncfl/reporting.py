@@ -1,4 +1,4 @@
-"""Run outputs: history CSV, summary table, accuracy plot."""
+"""Run outputs: history CSV, summary table, accuracy plot, partition description."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 BASE_COLUMNS = ("version", "virtual_time", "accuracy", "loss", "updates_received", "updates_aggregated", "wall_time")
 
@@ -100,6 +102,51 @@ def plot_history(history: Sequence[dict[str, Any]], path: str | Path, title: str
     ax_loss.set_ylabel("loss")
     ax_loss.grid(alpha=0.3)
     fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_partition_csv(counts: np.ndarray, path: str | Path, slowness: np.ndarray | None = None) -> None:
+    """Save the partition: one row per client with its sample count, device slowness and samples per class.
+
+    Example:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "partition.csv"
+        >>> write_partition_csv(np.array([[2, 0], [1, 3]]), p, slowness=np.array([0.5, 1.5]))
+        >>> p.read_text().splitlines()
+        ['client,num_samples,seconds_per_sample,class_0,class_1', '0,2,0.5,2,0', '1,4,1.5,1,3']
+    """
+    classes = counts.shape[1] if counts.shape[1] > 1 else 0
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(
+            ["client", "num_samples", *(["seconds_per_sample"] if slowness is not None else []),
+             *(f"class_{k}" for k in range(classes))]
+        )  # fmt: skip
+        for client, row in enumerate(counts):
+            speed = [f"{float(slowness[client]):.6g}"] if slowness is not None else []
+            writer.writerow([client, int(row.sum()), *speed, *(int(v) for v in row[:classes])])
+
+
+def plot_partition(counts: np.ndarray, path: str | Path, title: str, max_clients: int = 100) -> None:
+    """Save a stacked bar chart of samples per class for the first ``max_clients`` clients."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = counts[:max_clients]
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    bottom = np.zeros(len(shown))
+    cmap = plt.get_cmap("tab20")
+    for k in range(shown.shape[1]):
+        ax.bar(np.arange(len(shown)), shown[:, k], bottom=bottom, width=0.9, color=cmap(k % 20), linewidth=0)
+        bottom += shown[:, k]
+    ax.set_xlabel("client" + (f" (first {max_clients} of {len(counts)})" if len(counts) > max_clients else ""))
+    ax.set_ylabel("samples" + (" (colour = class)" if shown.shape[1] > 1 else ""))
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -25,9 +25,16 @@ from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.simulator import Simulator, sample_profiles
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
-from lit_asyncfl.devices import DeviceModel, UniformRatio
+from lit_asyncfl.devices import DeviceModel, DeviceProfiles, UniformRatio
 from lit_asyncfl.evaluation import evaluate, find_metric
-from lit_asyncfl.reporting import first_reaching, format_summary, plot_history, write_history_csv
+from lit_asyncfl.reporting import (
+    first_reaching,
+    format_summary,
+    plot_history,
+    plot_partition,
+    write_history_csv,
+    write_partition_csv,
+)
 
 CHECKPOINT_FORMAT = "lit_asyncfl.checkpoint.v1"
 ACCELERATORS = ("cpu", "cuda", "gpu", "auto")
@@ -217,6 +224,7 @@ class FederatedTrainer:
         self.summary: dict[str, Any] = {}
         self.simulator: Simulator | None = None
         self._flat: FlatParameters | None = None
+        self._profiles: DeviceProfiles | None = None
         self._eval_batches: list[Any] | None = None
         self._wall_offset = 0.0
         self._wall_start = 0.0
@@ -347,6 +355,7 @@ class FederatedTrainer:
         fraction = max((cb.server_data_fraction for cb in algo.server_callbacks), default=0.0)
         server_set = dm.split_server_data(fraction, self.seed)  # before the clients' partition
         profiles = sample_profiles(self.device_model, self.num_clients, self.seed)
+        self._profiles = profiles
         shards = dm.client_shards(self.num_clients, self.seed, self.device, slowness=profiles.time_per_sample)
         model.to(self.device)
         self.global_model = model
@@ -541,6 +550,12 @@ class FederatedTrainer:
             (out / "config.yaml").write_text(yaml.safe_dump(self.run_config, sort_keys=False))
         if any(r.get("accuracy") is not None for r in self.history):
             plot_history(self.history, out / "accuracy.png", self.algorithm.name, self.target_accuracy)
+        counts = getattr(self.datamodule, "partition_counts", None)
+        if counts is not None:
+            slowness = self._profiles.time_per_sample if self._profiles is not None else None
+            write_partition_csv(counts, out / "partition.csv", slowness)
+            title = f"{type(self.datamodule).__name__}: {self.datamodule.partitioner!r}"
+            plot_partition(counts, out / "partition.png", title)
         self.save_checkpoint(self._checkpoint_path())
         for lg in self.loggers:
             lg.log_metrics(
@@ -555,7 +570,7 @@ class FederatedTrainer:
             lg.finalize("success")
         if self.print_summary:
             print(format_summary(self.summary))
-            print(f"outputs in {out}/ (history.csv, summary.json, accuracy.png, checkpoints/last.ckpt)")
+            print(f"outputs in {out}/ (history.csv, summary.json, accuracy.png, partition.csv, checkpoints/last.ckpt)")
 
     def _summarize(self, sim: Simulator) -> dict[str, Any]:
         stats = sim.server.stats

@@ -189,7 +189,7 @@ def test_rare_class_lives_only_on_the_slowest_clients(tmp_path):
     assert holders == slowest
     assert sum(shards.num_samples(c) for c in range(20)) == len(dm.train_set)
     with pytest.raises(ValueError, match="pass one slowness per client"):
-        part(np.zeros(10), 2, np.random.default_rng(0))
+        part(np.zeros(10, dtype=np.int64), 2, np.random.default_rng(0))
 
 
 def test_fedhist_resumes_exactly_with_its_buffer_and_utilities(tmp_path):

@@ -65,10 +65,20 @@ def test_mnist_style_idx_files_load_standardised(tmp_path, cls, folder, compress
     dm.setup("fit")
     x, y = dm.train_set.tensors
     assert x.shape == (40, 1, 28, 28) and y.tolist() == arrays["train-labels-idx1-ubyte"].tolist()
+    assert x.dtype == torch.uint8  # stored compactly, standardised per client batch
+    assert x[3, 0].tolist() == arrays["train-images-idx3-ubyte"][3].tolist()
     expected = (torch.tensor(arrays["train-images-idx3-ubyte"][3], dtype=torch.float32) / 255 - cls.mean[0]) / cls.std[
         0
     ]
-    assert torch.allclose(x[3, 0], expected)
+    assert torch.allclose(dm.prepare_inputs(x[3:4])[0, 0], expected)
+    # a client's batch reaches the model standardised
+    shards = dm.client_shards(num_clients=40, seed=0)
+    client = next(c for c in range(40) if 3 in shards.indices[c].tolist())
+    (batch_x, _), *_ = shards.batches(client, batch_size=1, generator=torch.Generator())
+    assert batch_x.dtype == torch.float32 and torch.allclose(batch_x[0, 0], expected)
+    test_image = torch.tensor(arrays["t10k-images-idx3-ubyte"][0], dtype=torch.float32)
+    expected_test = (test_image / 255 - cls.mean[0]) / cls.std[0]
+    assert torch.allclose(dm.test_set.tensors[0][0, 0], expected_test)
     assert dm.test_set.tensors[1].tolist() == arrays["t10k-labels-idx1-ubyte"].tolist()
 
 

@@ -2,41 +2,58 @@
 
 from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule, split_dataset
 from lit_asyncfl.data.digits import DigitsDataModule
+from lit_asyncfl.data.imdb import IMDbDataModule
 from lit_asyncfl.data.partition import (
     IID,
     PARTITIONERS,
     Dirichlet,
+    Natural,
     Partitioner,
     QuantitySkew,
     RareClassOnSlowClients,
     Shards,
+    SpeedMatched,
+    partition_counts,
 )
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
+from lit_asyncfl.data.synthetic import SyntheticDataModule, generate_synthetic
+from lit_asyncfl.data.tabular import BreastCancerDataModule, DiabetesDataModule, TabularDataModule
 from lit_asyncfl.data.vision import (
     CIFAR10DataModule,
     CIFAR100DataModule,
     FashionMNISTDataModule,
     MNISTDataModule,
+    TinyImageNetDataModule,
     VisionDataModule,
 )
 
 __all__ = [
     "IID",
     "PARTITIONERS",
+    "BreastCancerDataModule",
     "CIFAR10DataModule",
     "CIFAR100DataModule",
     "ClientShards",
     "DatasetShards",
+    "DiabetesDataModule",
     "DigitsDataModule",
     "Dirichlet",
     "FashionMNISTDataModule",
     "FederatedDataModule",
+    "IMDbDataModule",
     "MNISTDataModule",
+    "Natural",
     "PartitionedDataModule",
     "Partitioner",
     "QuantitySkew",
     "RareClassOnSlowClients",
     "Shards",
+    "SpeedMatched",
+    "SyntheticDataModule",
+    "TabularDataModule",
+    "TinyImageNetDataModule",
     "VisionDataModule",
+    "generate_synthetic",
+    "partition_counts",
     "split_dataset",
 ]

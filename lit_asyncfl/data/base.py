@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -10,8 +11,27 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from lit_asyncfl.data.partition import Partitioner, resolve_partitioner
+from lit_asyncfl.data.partition import Partitioner, partition_counts, resolve_partitioner
 from lit_asyncfl.data.shards import ClientShards, DatasetShards, dataset_targets, dataset_tensors
+
+
+def require_files(owner: object, root: str | Path, paths: list[Path], hint: str = "") -> None:
+    """Raise a ``FileNotFoundError`` naming the missing files, the resolved root and the ``download=True`` option.
+
+    Example:
+        >>> require_files("X", "/nonexistent", [Path("/nonexistent/a")])
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: X: dataset files not found under /nonexistent: missing ['/nonexistent/a']. ...
+    """
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        name = owner if isinstance(owner, str) else type(owner).__name__
+        raise FileNotFoundError(
+            f"{name}: dataset files not found under {Path(root).resolve()}: missing {missing}. "
+            f"{hint or 'Put the dataset there in its standard layout'} or pass download=True "
+            f"(--data.init_args.download=true) on a machine with a network."
+        )
 
 
 class FederatedDataModule(L.LightningDataModule):
@@ -19,6 +39,13 @@ class FederatedDataModule(L.LightningDataModule):
 
     Validation (the accuracy curve during ``fit``) uses ``val_set`` when there is one, else the test split, as the
     papers report test accuracy over time.
+
+    The training inputs may be stored compactly (e.g. ``uint8`` images): :meth:`prepare_inputs` turns stored
+    inputs into model inputs (e.g. normalisation) and is applied once to evaluation and server data, and per batch
+    to clients' data, after :meth:`augment` (random, e.g. crops and flips; drawn from the job's generator).
+    ``train_groups`` (one client id per training sample) carries a naturally federated dataset's own clients
+    for ``partition="natural"``. After :meth:`client_shards`, ``partition_counts`` holds the samples per client
+    and class.
 
     Args:
         partition: ``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"`` or a
@@ -58,7 +85,12 @@ class FederatedDataModule(L.LightningDataModule):
         self.collate_fn: Any = None
         #: Labelled data held out of the clients' training data for the server (e.g. FedADT's distillation set).
         self.server_set: TensorDataset | None = None
+        #: Each training sample's client id, for datasets generated per client (``partition="natural"``).
+        self.train_groups: np.ndarray | None = None
+        #: Samples per client and class of the last :meth:`client_shards` split.
+        self.partition_counts: np.ndarray | None = None
         self._full_train_set: Dataset | None = None
+        self._full_train_groups: np.ndarray | None = None
 
     def _require(self, name: str) -> Dataset:
         dataset = getattr(self, name)
@@ -66,17 +98,42 @@ class FederatedDataModule(L.LightningDataModule):
             raise RuntimeError(f"{type(self).__name__}.{name} is not set: call setup() first")
         return dataset
 
-    def assign_splits(self, x_train: Tensor, y_train: Tensor, x_test: Tensor, y_test: Tensor) -> None:
+    def prepare_inputs(self, inputs: Tensor) -> Tensor:
+        """Stored inputs to model inputs (deterministic; identity unless the data is stored compactly)."""
+        return inputs
+
+    def augment(self, inputs: Tensor, generator: torch.Generator) -> Tensor:
+        """Random training-time transform of a client batch of stored inputs (identity by default)."""
+        return inputs
+
+    def client_transform(self) -> Any:
+        """The per-batch transform of clients' stored inputs, or ``None`` when both hooks are the identity."""
+        own = type(self)
+        if own.prepare_inputs is FederatedDataModule.prepare_inputs and own.augment is FederatedDataModule.augment:
+            return None
+        return lambda inputs, generator: self.prepare_inputs(self.augment(inputs, generator))
+
+    def assign_splits(
+        self,
+        x_train: Tensor,
+        y_train: Tensor,
+        x_test: Tensor,
+        y_test: Tensor,
+        groups: np.ndarray | None = None,
+    ) -> None:
         """Set ``train_set``, ``test_set`` and, when ``val_fraction > 0``, a random ``val_set`` held out of the
-        training data (drawn with ``split_seed``)."""
+        training data (drawn with ``split_seed``). Evaluation inputs pass through :meth:`prepare_inputs`;
+        ``groups`` (optional) gives each training sample's client for ``partition="natural"``."""
         if self.val_fraction > 0:
-            order = torch.as_tensor(np.random.default_rng(self.split_seed).permutation(len(y_train)))
+            order = np.random.default_rng(self.split_seed).permutation(len(y_train))
             n_val = round(self.val_fraction * len(y_train))
-            val, train = order[:n_val], order[n_val:]
-            self.val_set = TensorDataset(x_train[val], y_train[val])
+            val, train = torch.as_tensor(order[:n_val]), torch.as_tensor(order[n_val:])
+            self.val_set = TensorDataset(self.prepare_inputs(x_train[val]), y_train[val])
             x_train, y_train = x_train[train], y_train[train]
+            groups = None if groups is None else np.asarray(groups)[order[n_val:]]
         self.train_set = TensorDataset(x_train, y_train)
-        self.test_set = TensorDataset(x_test, y_test)
+        self.test_set = TensorDataset(self.prepare_inputs(x_test), y_test)
+        self.train_groups = None if groups is None else np.asarray(groups, dtype=np.int64)
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self._require("train_set"), batch_size=self.batch_size, shuffle=True)
@@ -98,7 +155,9 @@ class FederatedDataModule(L.LightningDataModule):
             raise ValueError(f"server data fraction must be in [0, 1), got {fraction}")
         if self._full_train_set is None:
             self._full_train_set = self._require("train_set")
+            self._full_train_groups = self.train_groups
         self.train_set, self.server_set = self._full_train_set, None
+        self.train_groups = self._full_train_groups
         if fraction == 0.0:
             return None
         tensors = dataset_tensors(self._full_train_set)
@@ -108,8 +167,10 @@ class FederatedDataModule(L.LightningDataModule):
         order = np.random.default_rng([seed, 0x5E4]).permutation(len(y))
         k = max(1, round(fraction * len(y)))
         held, rest = np.sort(order[:k]), np.sort(order[k:])
-        self.server_set = TensorDataset(x[held], y[held])
+        self.server_set = TensorDataset(self.prepare_inputs(x[held]), y[held])
         self.train_set = TensorDataset(x[rest], y[rest])
+        if self.train_groups is not None:
+            self.train_groups = self.train_groups[rest]
         return self.server_set
 
     def client_shards(
@@ -122,7 +183,20 @@ class FederatedDataModule(L.LightningDataModule):
         """Split the training set among ``num_clients`` clients with the partitioner, seeded by ``seed``
         (``slowness``: each client's device slowness, for partitions that place data by speed)."""
         train = self._require("train_set")
-        return split_dataset(train, self.partitioner, num_clients, seed, device, self.collate_fn, slowness)
+        shards = split_dataset(
+            train,
+            self.partitioner,
+            num_clients,
+            seed,
+            device,
+            self.collate_fn,
+            slowness,
+            groups=self.train_groups,
+            transform=self.client_transform(),
+        )
+        targets = shards.targets.cpu().numpy() if isinstance(shards, ClientShards) else dataset_targets(train)
+        self.partition_counts = partition_counts(targets, shards.indices_numpy(), getattr(self, "num_classes", None))
+        return shards
 
 
 def split_dataset(
@@ -133,14 +207,17 @@ def split_dataset(
     device: torch.device | str = "cpu",
     collate_fn: Any = None,
     slowness: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
+    transform: Any = None,
 ) -> ClientShards | DatasetShards:
-    """Partition ``dataset`` and keep it resident as tensors when it fits, else behind a ``DataLoader``."""
+    """Partition ``dataset`` and keep it resident as tensors when it fits, else behind a ``DataLoader``
+    (``transform``: the per-batch transform of resident inputs, see :class:`ClientShards`)."""
     rng = np.random.default_rng([seed, 0x9A27])  # a stream of its own: the split does not move other draws
     tensors = dataset_tensors(dataset)
     targets = tensors[1].cpu().numpy() if tensors is not None else dataset_targets(dataset)
-    indices = partitioner(targets, num_clients, rng, slowness)
+    indices = partitioner(targets, num_clients, rng, slowness, groups)
     if tensors is not None:
-        return ClientShards(tensors[0], tensors[1], indices, device)
+        return ClientShards(tensors[0], tensors[1], indices, device, transform)
     return DatasetShards(dataset, indices, device, collate_fn)
 
 

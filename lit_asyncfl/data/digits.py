@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from lit_asyncfl.data.base import FederatedDataModule
 from lit_asyncfl.data.partition import Partitioner
+from lit_asyncfl.data.tabular import held_out_split
 
 
 class DigitsDataModule(FederatedDataModule):
@@ -45,22 +45,18 @@ class DigitsDataModule(FederatedDataModule):
         split_seed: int = 42,
     ) -> None:
         super().__init__(partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed)
-        if not 0 < test_fraction < 1:
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        held_out_split(10, test_fraction, 0)  # validates test_fraction
         self.test_fraction = test_fraction
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
         from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
 
         digits = load_digits()
         x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
         y = torch.tensor(digits.target, dtype=torch.long)
-        train_idx, test_idx = train_test_split(
-            np.arange(len(y)), test_size=self.test_fraction, stratify=y.numpy(), random_state=self.split_seed
-        )
+        train_idx, test_idx = held_out_split(len(y), self.test_fraction, self.split_seed, y.numpy())
         # Standardise with the training split's statistics (the held-out images stay unseen).
         mean, std = x[train_idx].mean(), x[train_idx].std()
         x = (x - mean) / std

@@ -1,7 +1,8 @@
 """Partitioners: split a training set's sample indices among clients.
 
 Every partitioner is a callable ``(targets, num_clients, rng) -> list of index arrays`` that assigns every
-sample to exactly one client and leaves no client empty.
+sample to exactly one client and leaves no client empty. :func:`partition_counts` describes the result (samples
+per client and class), as saved with every run (``partition.csv``).
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ class Partitioner:
 
     A partitioner that places data by device speed sets ``needs_slowness = True`` and implements
     :meth:`split_by_speed`; the trainer then draws the device profiles before partitioning and passes each
-    client's slowness (virtual seconds per sample).
+    client's slowness (virtual seconds per sample). A partitioner that splits by class sets
+    ``needs_labels = True`` and refuses real-valued (regression) targets. One that follows a client assignment
+    given by the dataset sets ``needs_groups = True`` and implements :meth:`split_by_group`.
     """
 
     needs_slowness = False
+    needs_labels = False
+    needs_groups = False
 
     def __call__(
         self,
@@ -25,6 +30,7 @@ class Partitioner:
         num_clients: int,
         rng: np.random.Generator,
         slowness: np.ndarray | None = None,
+        groups: np.ndarray | None = None,
     ) -> list[np.ndarray]:
         targets = np.asarray(targets)
         if num_clients < 1:
@@ -34,7 +40,16 @@ class Partitioner:
                 f"cannot split {len(targets)} training samples among {num_clients} clients: "
                 f"num_clients must be <= {len(targets)}"
             )
-        if self.needs_slowness:
+        if self.needs_labels and not np.issubdtype(targets.dtype, np.integer):
+            raise ValueError(
+                f"{self!r} splits by class and needs integer labels, got {targets.dtype} targets "
+                f"(for regression use 'iid' or 'quantity')"
+            )
+        if self.needs_groups:
+            if groups is None or len(groups) != len(targets):
+                raise ValueError(f"{self!r} follows the dataset's own client assignment, which this dataset lacks")
+            parts = self.split_by_group(np.asarray(groups), num_clients)
+        elif self.needs_slowness:
             if slowness is None or len(slowness) != num_clients:
                 raise ValueError(f"{self!r} places data by device speed: pass one slowness per client")
             parts = self.split_by_speed(targets, num_clients, rng, np.asarray(slowness))
@@ -46,6 +61,10 @@ class Partitioner:
         self, targets: np.ndarray, num_clients: int, rng: np.random.Generator, slowness: np.ndarray
     ) -> list[np.ndarray]:
         """Return one index array per client, knowing each client's slowness (for ``needs_slowness``)."""
+        raise NotImplementedError
+
+    def split_by_group(self, groups: np.ndarray, num_clients: int) -> list[np.ndarray]:
+        """Return one index array per client from each sample's client id (for ``needs_groups``)."""
         raise NotImplementedError
 
     def split(self, targets: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -98,6 +117,8 @@ class Dirichlet(Partitioner):
         (500, True)
     """
 
+    needs_labels = True
+
     def __init__(self, alpha: float = 0.5, min_samples: int = 1) -> None:
         if not alpha > 0:
             raise ValueError(f"Dirichlet alpha must be > 0, got {alpha}")
@@ -133,6 +154,8 @@ class Shards(Partitioner):
         >>> sorted(len(p) for p in parts)
         [4, 4, 4, 4, 4]
     """
+
+    needs_labels = True
 
     def __init__(self, shards_per_client: int = 2) -> None:
         if shards_per_client < 1:
@@ -206,6 +229,7 @@ class RareClassOnSlowClients(Partitioner):
     """
 
     needs_slowness = True
+    needs_labels = True
 
     def __init__(
         self,
@@ -241,16 +265,118 @@ class RareClassOnSlowClients(Partitioner):
         return parts
 
 
+class Natural(Partitioner):
+    """The dataset's own clients: each sample belongs to the client the dataset generated it for.
+
+    For naturally federated data such as FedProx's Synthetic(alpha, beta); ``num_clients`` must equal the
+    dataset's number of clients.
+
+    Example:
+        >>> parts = Natural()(np.zeros(5), 2, np.random.default_rng(0), groups=np.array([1, 0, 1, 1, 0]))
+        >>> [p.tolist() for p in parts]
+        [[1, 4], [0, 2, 3]]
+    """
+
+    needs_groups = True
+
+    def split_by_group(self, groups: np.ndarray, num_clients: int) -> list[np.ndarray]:
+        present = int(groups.max()) + 1
+        if present != num_clients:
+            raise ValueError(f"the dataset was generated for {present} clients; set num_clients={present}")
+        return [np.flatnonzero(groups == c) for c in range(num_clients)]
+
+
+class SpeedMatched(Partitioner):
+    """Tie a partition to device speed: the ``base`` partition's shards are handed to clients ordered by speed.
+
+    Shards are ranked by ``key`` — their size (``"num_samples"``) or how many samples of ``classes`` they hold
+    (``"classes"``, e.g. the hard classes) — and the highest-ranked shard goes to the slowest device when
+    ``slowest_get="most"`` (to the fastest with ``"least"``). The shards themselves are those of ``base``, so
+    the label or quantity skew is unchanged; only who holds which shard depends on speed.
+
+    Args:
+        base: The partition whose shards are placed (a name or a partitioner that does not itself use speed).
+        alpha: Dirichlet concentration when ``base="dirichlet"``.
+        key: ``"num_samples"`` or ``"classes"``.
+        classes: The labels counted when ``key="classes"``.
+        slowest_get: ``"most"`` or ``"least"``.
+
+    Example:
+        >>> p = SpeedMatched(base=QuantitySkew(a=0.5), key="num_samples", slowest_get="most")
+        >>> parts = p(np.zeros(100), 3, np.random.default_rng(0), slowness=np.array([2.0, 9.0, 1.0]))
+        >>> [len(q) for q in parts][1] == max(len(q) for q in parts)  # client 1 is the slowest
+        True
+    """
+
+    needs_slowness = True
+
+    def __init__(
+        self,
+        base: str | Partitioner = "dirichlet",
+        alpha: float | None = None,
+        key: str = "num_samples",
+        classes: list[int] | tuple[int, ...] = (),
+        slowest_get: str = "most",
+    ) -> None:
+        if key not in ("num_samples", "classes"):
+            raise ValueError(f"unknown key {key!r}; allowed: 'num_samples', 'classes'")
+        if key == "classes" and not classes:
+            raise ValueError("key='classes' needs the labels to count in `classes`")
+        if slowest_get not in ("most", "least"):
+            raise ValueError(f"unknown slowest_get {slowest_get!r}; allowed: 'most', 'least'")
+        self.base = resolve_partitioner(base, alpha)
+        if self.base.needs_slowness or self.base.needs_groups:
+            raise ValueError(f"the base partition of a SpeedMatched must not depend on speed or groups: {self.base!r}")
+        self.key = key
+        self.classes = [int(c) for c in classes]
+        self.slowest_get = slowest_get
+
+    @property
+    def needs_labels(self) -> bool:  # type: ignore[override]
+        return self.key == "classes" or self.base.needs_labels
+
+    def split_by_speed(
+        self, targets: np.ndarray, num_clients: int, rng: np.random.Generator, slowness: np.ndarray
+    ) -> list[np.ndarray]:
+        shards = self.base(targets, num_clients, rng)
+        if self.key == "num_samples":
+            score = np.array([len(s) for s in shards], dtype=np.float64)
+        else:
+            score = np.array([np.isin(targets[s], self.classes).sum() for s in shards], dtype=np.float64)
+        ranked = np.argsort(-score if self.slowest_get == "most" else score, kind="stable")
+        slowest_first = np.argsort(-np.asarray(slowness), kind="stable")
+        parts: list[np.ndarray] = [np.empty(0, np.int64)] * num_clients
+        for client, shard in zip(slowest_first, ranked):
+            parts[int(client)] = shards[int(shard)]
+        return parts
+
+
+def partition_counts(targets: np.ndarray, parts: list[np.ndarray], num_classes: int | None = None) -> np.ndarray:
+    """Samples per client and class, shape ``(clients, classes)`` (one column for real-valued targets).
+
+    Example:
+        >>> partition_counts(np.array([0, 1, 1, 2]), [np.array([0, 1]), np.array([2, 3])]).tolist()
+        [[1, 1, 0], [0, 1, 1]]
+    """
+    targets = np.asarray(targets)
+    if not np.issubdtype(targets.dtype, np.integer):
+        return np.array([[len(p)] for p in parts], dtype=np.int64)
+    k = int(num_classes if num_classes is not None else (targets.max() + 1 if len(targets) else 0))
+    return np.stack([np.bincount(targets[p], minlength=k)[:k] for p in parts]).astype(np.int64)
+
+
 PARTITIONERS: dict[str, type[Partitioner]] = {
     "iid": IID,
     "dirichlet": Dirichlet,
     "shards": Shards,
     "quantity": QuantitySkew,
+    "natural": Natural,
 }
 
 
 def resolve_partitioner(partition: str | Partitioner, alpha: float | None = None) -> Partitioner:
-    """Turn a name (``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"``) or an instance into a partitioner.
+    """Turn a name (``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"``, ``"natural"``) or an instance into a
+    partitioner.
 
     ``alpha`` is the Dirichlet concentration (default 0.5) and only goes with ``"dirichlet"``; other settings
     are given by passing an instance, e.g. ``QuantitySkew(a=0.2)`` or ``Shards(shards_per_client=3)``.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,13 +18,16 @@ class ClientShards:
     """All clients' training data as two resident tensors plus one index tensor per client.
 
     Batches are gathered by index from the resident tensors, so no ``DataLoader`` runs per client, and memory
-    does not grow with the number of clients beyond their index lists.
+    does not grow with the number of clients beyond their index lists. Inputs may be stored compactly (e.g.
+    ``uint8`` images) and turned into model inputs per batch by ``transform`` (normalisation, augmentation).
 
     Args:
         inputs: All training inputs, first dimension = samples.
         targets: All training targets.
         indices: One array of sample indices per client.
         device: Where the tensors live during training.
+        transform: ``(inputs, generator) -> inputs`` applied to every gathered batch, drawing any randomness
+            (e.g. random crops) from the job's generator so runs stay reproducible.
 
     Example:
         >>> shards = ClientShards(torch.arange(6.0).view(6, 1), torch.arange(6), [np.array([0, 1, 2]), np.array([5])])
@@ -41,6 +44,7 @@ class ClientShards:
         targets: Tensor,
         indices: Sequence[np.ndarray],
         device: torch.device | str = "cpu",
+        transform: Callable[[Tensor, torch.Generator], Tensor] | None = None,
     ) -> None:
         if len(inputs) != len(targets):
             raise ValueError(f"inputs and targets differ in length: {len(inputs)} != {len(targets)}")
@@ -49,6 +53,7 @@ class ClientShards:
         self.targets = targets.to(self.device)
         self.indices = [torch.as_tensor(np.asarray(i, dtype=np.int64), device=self.device) for i in indices]
         self._sizes = np.array([len(i) for i in indices], dtype=np.int64)
+        self.transform = transform
 
     @property
     def num_clients(self) -> int:
@@ -59,13 +64,18 @@ class ClientShards:
         """Number of training samples ``n_i`` of a client."""
         return int(self._sizes[client])
 
+    def indices_numpy(self) -> list[np.ndarray]:
+        """Each client's sample indices, as numpy arrays."""
+        return [i.cpu().numpy() for i in self.indices]
+
     def batches(self, client: int, batch_size: int, generator: torch.Generator) -> Iterator[list[Tensor]]:
         """One epoch of shuffled ``[inputs, targets]`` batches of a client (the last batch may be smaller)."""
         idx = self.indices[client]
         order = idx[torch.randperm(len(idx), generator=generator).to(self.device)]
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            yield [self.inputs[chunk], self.targets[chunk]]
+            inputs = self.inputs[chunk]
+            yield [inputs if self.transform is None else self.transform(inputs, generator), self.targets[chunk]]
 
 
 class DatasetShards:
@@ -98,6 +108,10 @@ class DatasetShards:
     def num_samples(self, client: int) -> int:
         """Number of training samples ``n_i`` of a client."""
         return len(self.indices[client])
+
+    def indices_numpy(self) -> list[np.ndarray]:
+        """Each client's sample indices, as numpy arrays."""
+        return self.indices
 
     def batches(self, client: int, batch_size: int, generator: torch.Generator) -> Iterator[Any]:
         """One epoch of shuffled batches of a client, moved to the device."""
