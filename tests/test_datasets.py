@@ -149,14 +149,14 @@ def test_synthetic_labels_are_the_argmax_of_each_clients_softmax_model():
 
 
 def test_synthetic_draws_follow_the_definition():
-    """Over many clients: u_k ~ N(0, alpha), B_k ~ N(0, beta); W_k, b_k entries ~ N(u_k, 1); v_k ~ N(B_k, 1);
+    """Over many clients: u_k ~ N(0, alpha), B_k ~ N(0, beta); W_k and b_k entries ~ N(u_k, 1); v_k ~ N(B_k, 1);
     x ~ N(v_k, diag(j^-1.2))."""
     alpha, beta = 2.0, 0.5
     clients = generate_synthetic(alpha, beta, num_clients=400, seed=0)
     u = np.array([c.u for c in clients])
     big_b = np.array([c.big_b for c in clients])
     assert abs(u.std() - alpha) < 0.2 and abs(big_b.std() - beta) < 0.05
-    w_dev = np.concatenate([(c.w - c.u).ravel() for c in clients[:50]])
+    w_dev = np.concatenate([np.concatenate([(c.w - c.u).ravel(), c.b - c.u]) for c in clients[:50]])
     v_dev = np.concatenate([c.v - c.big_b for c in clients[:50]])
     assert abs(w_dev.mean()) < 0.03 and abs(w_dev.std() - 1) < 0.03 and abs(v_dev.std() - 1) < 0.05
     big = max(clients, key=lambda c: len(c.x))
@@ -187,8 +187,17 @@ def test_synthetic_natural_partition_gives_each_client_its_own_samples():
         rows = shards.inputs[shards.indices[k]].double().numpy()
         assert np.allclose(rows, client.x[:n_train], atol=1e-6)
     assert len(dm.test_set) == sum(len(c.y) - int(0.9 * len(c.y)) for c in dm.clients)
-    with pytest.raises(ValueError, match="num_clients=4"):
+    with pytest.raises(ValueError, match="generated 4 clients but the trainer has num_clients=5"):
         dm.client_shards(num_clients=5, seed=0)
+
+
+def test_natural_partition_names_clients_left_without_samples():
+    from lit_asyncfl.data import Natural
+
+    with pytest.raises(ValueError, match=r"clients \[1\] have no training samples"):
+        Natural()(np.zeros(4, dtype=np.int64), 3, np.random.default_rng(0), groups=np.array([0, 0, 2, 2]))
+    with pytest.raises(ValueError, match="assigns samples to client 2, but num_clients=2"):
+        Natural()(np.zeros(4, dtype=np.int64), 2, np.random.default_rng(0), groups=np.array([0, 1, 2, 2]))
 
 
 def test_natural_partition_survives_a_server_data_split():
@@ -286,7 +295,8 @@ def test_speed_matched_on_classes_puts_the_hard_class_on_the_slowest():
     p = SpeedMatched(base=Dirichlet(alpha=0.2), key="classes", classes=[4], slowest_get="most")
     parts = p(targets, 8, np.random.default_rng(0), slowness=slowness)
     hard = np.array([(targets[q] == 4).sum() for q in parts])
-    assert hard[3] == hard.max() and hard[6] == hard.min()  # client 3 is the slowest, client 6 the fastest
+    by_speed = hard[np.argsort(-slowness)]  # slowest first
+    assert np.all(np.diff(by_speed) <= 0) and by_speed[0] > by_speed[-1]
     with pytest.raises(ValueError, match="slowest_get"):
         SpeedMatched(slowest_get="fastest")
 
@@ -299,10 +309,62 @@ def test_partition_description_is_saved_with_the_run(tmp_path):
     trainer.fit(LogisticRegression(input_dim=64), datamodule=dm)
     rows = list(csv.DictReader(open(f"{trainer.log_dir}/partition.csv")))
     targets = dm.train_set.tensors[1].numpy()
-    shards = dm.client_shards(num_clients=6, seed=trainer.seed)  # the same split again
-    expected = partition_counts(targets, shards.indices_numpy(), 10)
+    shards = trainer.simulator.executor.trainer.shards  # the run's own split, counted here independently
+    expected = np.stack([np.bincount(targets[idx], minlength=10) for idx in shards.indices_numpy()])
     assert [int(r["num_samples"]) for r in rows] == expected.sum(1).tolist()
     assert [[int(r[f"class_{k}"]) for k in range(10)] for r in rows] == expected.tolist()
     slowness = trainer.simulator.profiles.time_per_sample
     assert [float(r["seconds_per_sample"]) for r in rows] == pytest.approx(slowness.tolist(), rel=1e-5)
     assert (Path(trainer.log_dir) / "partition.png").stat().st_size > 0
+
+
+def test_partition_counts_fall_back_to_sizes_for_targets_that_are_not_class_labels():
+    parts = [np.array([0, 1]), np.array([2])]
+    assert partition_counts(np.array([-1, 1, 1]), parts).tolist() == [[2], [1]]
+    assert partition_counts(np.zeros((3, 4), dtype=np.int64), parts).tolist() == [[2], [1]]
+    assert partition_counts(np.array([0.5, 1.5, 2.5]), parts).tolist() == [[2], [1]]
+
+
+def test_compactly_stored_images_reach_every_consumer_as_model_inputs(tmp_path):
+    """uint8 training images are standardised for clients, for the pooled train loader, for validation, for the
+    server's data, and through a PartitionedDataModule wrapper."""
+    from test_vision import make_cifar
+
+    from lit_asyncfl.data import PartitionedDataModule
+
+    make_cifar(tmp_path, per_batch=4)
+    dm = CIFAR10DataModule(root=str(tmp_path), val_fraction=0.25)
+    dm.setup("fit")
+    raw_x = dm.train_set.tensors[0]
+    expected = (raw_x[:1].float() / 255 - torch.tensor(dm.mean).view(1, 3, 1, 1)) / torch.tensor(dm.std).view(
+        1, 3, 1, 1
+    )
+    x, _ = next(iter(torch.utils.data.DataLoader(dm.train_set, batch_size=1, collate_fn=dm._collate_prepared)))
+    assert torch.allclose(x, expected)
+    assert next(iter(dm.train_dataloader()))[0].dtype == torch.float32
+    val_x = dm.val_set.tensors[0]
+    assert val_x.dtype == torch.float32 and abs(float(val_x.mean())) < 1.0
+    server = dm.split_server_data(0.2, seed=0)
+    assert server.tensors[0].dtype == torch.float32
+    wrapped = PartitionedDataModule(CIFAR10DataModule(root=str(tmp_path)), partition="iid")
+    wrapped.setup("fit")
+    shards = wrapped.client_shards(num_clients=2, seed=0)
+    batch = next(shards.batches(0, batch_size=4, generator=torch.Generator()))
+    assert batch[0].dtype == torch.float32 and batch[0].shape[1:] == (3, 32, 32)
+
+
+def test_mnist_augmentation_crops_but_never_flips():
+    x = torch.arange(2 * 1 * 5 * 5, dtype=torch.uint8).view(2, 1, 5, 5)
+    for seed in range(20):
+        out = random_crop_flip(x, padding=0, generator=torch.Generator().manual_seed(seed), flip=False)
+        assert torch.equal(out, x)  # no padding and no flip: the identity
+
+
+def test_a_text_model_smaller_than_the_vocabulary_is_refused_before_training(tmp_path):
+    from lit_asyncfl.models import TextCNN
+
+    make_imdb(tmp_path / "data")
+    trainer = make_trainer(tmp_path, FedAsync(concurrency=1), num_clients=2, max_versions=1)
+    dm = IMDbDataModule(root=str(tmp_path / "data"), vocab_size=50, max_length=8)
+    with pytest.raises(ValueError, match="vocab_size=10 is smaller than the data's vocab_size=50"):
+        trainer.fit(TextCNN(vocab_size=10, embed_dim=4, num_filters=2), datamodule=dm)

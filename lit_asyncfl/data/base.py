@@ -9,7 +9,7 @@ import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset, default_collate
 
 from lit_asyncfl.data.partition import Partitioner, partition_counts, resolve_partitioner
 from lit_asyncfl.data.shards import ClientShards, DatasetShards, dataset_targets, dataset_tensors
@@ -32,6 +32,19 @@ def require_files(owner: object, root: str | Path, paths: list[Path], hint: str 
             f"{hint or 'Put the dataset there in its standard layout'} or pass download=True "
             f"(--data.init_args.download=true) on a machine with a network."
         )
+
+
+class ClientTransform:
+    """``(inputs, generator) -> model inputs`` of a data module: its ``augment`` then its ``prepare_inputs``.
+
+    A small picklable callable (not a lambda), so client shards can travel to worker processes.
+    """
+
+    def __init__(self, datamodule: FederatedDataModule) -> None:
+        self.datamodule = datamodule
+
+    def __call__(self, inputs: Tensor, generator: torch.Generator) -> Tensor:
+        return self.datamodule.prepare_inputs(self.datamodule.augment(inputs, generator))
 
 
 class FederatedDataModule(L.LightningDataModule):
@@ -106,12 +119,12 @@ class FederatedDataModule(L.LightningDataModule):
         """Random training-time transform of a client batch of stored inputs (identity by default)."""
         return inputs
 
-    def client_transform(self) -> Any:
+    def client_transform(self) -> ClientTransform | None:
         """The per-batch transform of clients' stored inputs, or ``None`` when both hooks are the identity."""
         own = type(self)
         if own.prepare_inputs is FederatedDataModule.prepare_inputs and own.augment is FederatedDataModule.augment:
             return None
-        return lambda inputs, generator: self.prepare_inputs(self.augment(inputs, generator))
+        return ClientTransform(self)
 
     def assign_splits(
         self,
@@ -136,7 +149,13 @@ class FederatedDataModule(L.LightningDataModule):
         self.train_groups = None if groups is None else np.asarray(groups, dtype=np.int64)
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self._require("train_set"), batch_size=self.batch_size, shuffle=True)
+        """Shuffled batches of the (pooled) training set, as model inputs (for a centralised baseline)."""
+        collate = None if self.client_transform() is None else self._collate_prepared
+        return DataLoader(self._require("train_set"), batch_size=self.batch_size, shuffle=True, collate_fn=collate)
+
+    def _collate_prepared(self, samples: list[Any]) -> list[Tensor]:
+        inputs, targets = default_collate(samples)
+        return [self.prepare_inputs(inputs), targets]
 
     def val_dataloader(self) -> DataLoader:
         dataset = self.val_set if self.val_set is not None else self._require("test_set")
@@ -218,7 +237,7 @@ def split_dataset(
     indices = partitioner(targets, num_clients, rng, slowness, groups)
     if tensors is not None:
         return ClientShards(tensors[0], tensors[1], indices, device, transform)
-    return DatasetShards(dataset, indices, device, collate_fn)
+    return DatasetShards(dataset, indices, device, collate_fn, transform)
 
 
 class PartitionedDataModule(FederatedDataModule):
@@ -256,7 +275,21 @@ class PartitionedDataModule(FederatedDataModule):
             loader = self.datamodule.train_dataloader()
             self.train_set = loader.dataset
             self.batch_size = loader.batch_size or self.batch_size
-            self.collate_fn = loader.collate_fn
+            inner = self.datamodule
+            # a federated inner module's loader prepares inputs; the clients' transform does that here instead
+            self.collate_fn = inner.collate_fn if isinstance(inner, FederatedDataModule) else loader.collate_fn
+
+    def prepare_inputs(self, inputs: Tensor) -> Tensor:
+        inner = self.datamodule
+        return inner.prepare_inputs(inputs) if isinstance(inner, FederatedDataModule) else inputs
+
+    def augment(self, inputs: Tensor, generator: torch.Generator) -> Tensor:
+        inner = self.datamodule
+        return inner.augment(inputs, generator) if isinstance(inner, FederatedDataModule) else inputs
+
+    def client_transform(self) -> ClientTransform | None:
+        inner = self.datamodule
+        return ClientTransform(inner) if isinstance(inner, FederatedDataModule) and inner.client_transform() else None
 
     def val_dataloader(self) -> Any:
         return self.datamodule.val_dataloader()

@@ -45,7 +45,8 @@ class DigitsDataModule(FederatedDataModule):
         split_seed: int = 42,
     ) -> None:
         super().__init__(partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed)
-        held_out_split(10, test_fraction, 0)  # validates test_fraction
+        if not 0 < test_fraction < 1:
+            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
         self.test_fraction = test_fraction
 
     def setup(self, stage: str | None = None) -> None:

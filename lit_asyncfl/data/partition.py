@@ -280,10 +280,19 @@ class Natural(Partitioner):
     needs_groups = True
 
     def split_by_group(self, groups: np.ndarray, num_clients: int) -> list[np.ndarray]:
-        present = int(groups.max()) + 1
-        if present != num_clients:
-            raise ValueError(f"the dataset was generated for {present} clients; set num_clients={present}")
-        return [np.flatnonzero(groups == c) for c in range(num_clients)]
+        if groups.max() >= num_clients:
+            raise ValueError(
+                f"the dataset assigns samples to client {int(groups.max())}, but num_clients={num_clients}: "
+                "set num_clients to the dataset's number of clients"
+            )
+        parts = [np.flatnonzero(groups == c) for c in range(num_clients)]
+        empty = [c for c, p in enumerate(parts) if len(p) == 0]
+        if empty:
+            raise ValueError(
+                f"clients {empty[:10]} have no training samples left (too few after the server or validation "
+                f"split, or num_clients larger than the dataset's {len(np.unique(groups))} clients)"
+            )
+        return parts
 
 
 class SpeedMatched(Partitioner):
@@ -352,15 +361,16 @@ class SpeedMatched(Partitioner):
 
 
 def partition_counts(targets: np.ndarray, parts: list[np.ndarray], num_classes: int | None = None) -> np.ndarray:
-    """Samples per client and class, shape ``(clients, classes)`` (one column for real-valued targets).
+    """Samples per client and class, shape ``(clients, classes)`` (one column of sizes for targets that are not
+    non-negative integer class labels, e.g. real values, -1/+1 or multi-label rows).
 
     Example:
         >>> partition_counts(np.array([0, 1, 1, 2]), [np.array([0, 1]), np.array([2, 3])]).tolist()
         [[1, 1, 0], [0, 1, 1]]
     """
     targets = np.asarray(targets)
-    if not np.issubdtype(targets.dtype, np.integer):
-        return np.array([[len(p)] for p in parts], dtype=np.int64)
+    if not np.issubdtype(targets.dtype, np.integer) or targets.ndim != 1 or (len(targets) and targets.min() < 0):
+        return np.array([[len(p)] for p in parts], dtype=np.int64)  # not class labels: sizes only
     k = int(num_classes if num_classes is not None else (targets.max() + 1 if len(targets) else 0))
     return np.stack([np.bincount(targets[p], minlength=k)[:k] for p in parts]).astype(np.int64)
 

@@ -86,6 +86,8 @@ class DatasetShards:
         indices: One array of sample indices per client.
         device: Where batches are moved.
         collate_fn: Collate function of the original training ``DataLoader``, if any.
+        transform: ``(inputs, generator) -> inputs`` applied to the first element of every ``[inputs, ...]`` batch
+            (see :class:`ClientShards`).
     """
 
     def __init__(
@@ -94,7 +96,9 @@ class DatasetShards:
         indices: Sequence[np.ndarray],
         device: torch.device | str = "cpu",
         collate_fn: Any = None,
+        transform: Callable[[Tensor, torch.Generator], Tensor] | None = None,
     ) -> None:
+        self.transform = transform
         self.dataset = dataset
         self.indices = [np.asarray(i, dtype=np.int64) for i in indices]
         self.device = torch.device(device)
@@ -123,7 +127,12 @@ class DatasetShards:
             collate_fn=self.collate_fn,
         )
         for batch in loader:
-            yield _to_device(batch, self.device)
+            batch = _to_device(batch, self.device)
+            if self.transform is not None:
+                if not (isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], Tensor)):
+                    raise TypeError("a client transform needs batches of the form [inputs, ...]")
+                batch = [self.transform(batch[0], generator), *batch[1:]]
+            yield batch
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

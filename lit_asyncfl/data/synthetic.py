@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from lit_asyncfl.data.base import FederatedDataModule
-from lit_asyncfl.data.partition import Partitioner
+from lit_asyncfl.data.partition import Natural, Partitioner
 
 
 @dataclass
@@ -141,6 +142,14 @@ class SyntheticDataModule(FederatedDataModule):
         self.input_shape = (dimension,)
         #: The generated clients after :meth:`setup`.
         self.clients: list[SyntheticClient] = []
+
+    def client_shards(self, num_clients: int, seed: int, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(self.partitioner, Natural) and num_clients != self.num_clients:
+            raise ValueError(
+                f"SyntheticDataModule generated {self.num_clients} clients but the trainer has num_clients="
+                f"{num_clients}: set both to the same value (or use another partition of the pooled data)"
+            )
+        return super().client_shards(num_clients, seed, *args, **kwargs)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:

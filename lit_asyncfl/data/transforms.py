@@ -26,11 +26,12 @@ def normalize(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Te
     return (x - m) / s
 
 
-def random_crop_flip(images: Tensor, padding: int, generator: torch.Generator) -> Tensor:
+def random_crop_flip(images: Tensor, padding: int, generator: torch.Generator, flip: bool = True) -> Tensor:
     """Random crop after zero padding by ``padding`` pixels, then a horizontal flip with probability 1/2, per image.
 
     The standard CIFAR augmentation (``RandomCrop(32, padding=4)`` + ``RandomHorizontalFlip()``), applied to a batch
-    ``(N, C, H, W)`` of any dtype; offsets and flips are drawn from ``generator`` (on the CPU).
+    ``(N, C, H, W)`` of any dtype with one ``gather``; offsets and flips are drawn from ``generator`` (on the CPU;
+    the flip draws are made even with ``flip=False``, so switching it does not move other random streams).
 
     Example:
         >>> x = torch.arange(16, dtype=torch.uint8).view(1, 1, 4, 4)
@@ -42,11 +43,11 @@ def random_crop_flip(images: Tensor, padding: int, generator: torch.Generator) -
         raise ValueError(f"padding must be >= 0, got {padding}")
     n, c, h, w = images.shape
     offsets = torch.randint(0, 2 * padding + 1, (2, n), generator=generator).to(images.device)
-    flips = (torch.rand(n, generator=generator) < 0.5).to(images.device)
+    flips = (torch.rand(n, generator=generator) < 0.5).to(images.device) & flip
     padded = F.pad(images, (padding,) * 4) if padding else images
-    rows = (offsets[0, :, None] + torch.arange(h, device=images.device)).view(n, 1, h, 1)
-    cols = (offsets[1, :, None] + torch.arange(w, device=images.device)).view(n, 1, 1, w)
-    cols = torch.where(flips.view(n, 1, 1, 1), cols.flip(-1), cols)
-    batch = torch.arange(n, device=images.device).view(n, 1, 1, 1)
-    channel = torch.arange(c, device=images.device).view(1, c, 1, 1)
-    return padded[batch, channel, rows, cols]
+    width = w + 2 * padding
+    rows = offsets[0, :, None] + torch.arange(h, device=images.device)  # (n, h)
+    cols = offsets[1, :, None] + torch.arange(w, device=images.device)  # (n, w)
+    cols = torch.where(flips[:, None], cols.flip(-1), cols)
+    flat = (rows[:, :, None] * width + cols[:, None, :]).view(n, 1, h * w).expand(n, c, h * w)
+    return padded.reshape(n, c, -1).gather(2, flat).view(n, c, h, w)

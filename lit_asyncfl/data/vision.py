@@ -54,8 +54,9 @@ class VisionDataModule(FederatedDataModule):
         eval_batch_size: Batch size of global evaluation.
         val_fraction: Fraction of the training set held out for validation (0: validate on the test set).
         split_seed: Seed of the validation split.
-        augmentation: Random crop (zero padding of ``crop_padding`` pixels) and horizontal flip of clients' training
-            images, per batch (the usual CIFAR augmentation; off by default, as in the papers' setups).
+        augmentation: Random crop (zero padding of ``crop_padding`` pixels) and, for natural images (CIFAR,
+            Tiny-ImageNet; not digits or clothing), horizontal flip of clients' training images, per batch (the usual
+            CIFAR augmentation; off by default, as in the papers' setups).
         crop_padding: Padding of the random crop.
     """
 
@@ -63,6 +64,8 @@ class VisionDataModule(FederatedDataModule):
     input_shape: tuple[int, int, int] = (1, 28, 28)
     mean: tuple[float, ...] = (0.5,)
     std: tuple[float, ...] = (0.5,)
+    #: Whether augmentation flips images horizontally (not for digits or clothing).
+    flip = False
 
     def __init__(
         self,
@@ -110,21 +113,22 @@ class VisionDataModule(FederatedDataModule):
         x_train, y_train, x_test, y_test = self.read()
         self.assign_splits(
             self._to_tensor(x_train),
-            torch.as_tensor(y_train, dtype=torch.long),
+            torch.tensor(y_train, dtype=torch.long),
             self._to_tensor(x_test),
-            torch.as_tensor(y_test, dtype=torch.long),
+            torch.tensor(y_test, dtype=torch.long),
         )
 
     def prepare_inputs(self, inputs: Tensor) -> Tensor:
         return normalize(inputs, self.mean, self.std)
 
     def augment(self, inputs: Tensor, generator: torch.Generator) -> Tensor:
-        return random_crop_flip(inputs, self.crop_padding, generator) if self.augmentation else inputs
+        return random_crop_flip(inputs, self.crop_padding, generator, self.flip) if self.augmentation else inputs
 
     @staticmethod
     def _to_tensor(images: np.ndarray) -> Tensor:
         """``uint8`` images NHW or NHWC to an ``uint8`` NCHW tensor."""
-        x = torch.from_numpy(np.array(images, dtype=np.uint8, order="C"))  # a writable copy
+        writable = images.dtype == np.uint8 and images.flags.writeable and images.flags.c_contiguous
+        x = torch.from_numpy(images if writable else np.array(images, dtype=np.uint8, order="C"))
         return x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2).contiguous()
 
 
@@ -184,6 +188,7 @@ class CIFAR10DataModule(VisionDataModule):
 
     input_shape = (3, 32, 32)
     mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+    flip = True
     folder = "cifar-10-batches-py"
     train_files: tuple[str, ...] = tuple(f"data_batch_{i}" for i in range(1, 6))
     test_files: tuple[str, ...] = ("test_batch",)
@@ -240,6 +245,7 @@ class TinyImageNetDataModule(VisionDataModule):
 
     num_classes = 200
     input_shape = (3, 64, 64)
+    flip = True
     mean, std = (0.4802, 0.4481, 0.3975), (0.2770, 0.2691, 0.2821)
     folder = "tiny-imagenet-200"
     url = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"

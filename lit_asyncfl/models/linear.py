@@ -88,13 +88,14 @@ class LinearRegression(L.LightningModule):
 class LinearSVM(ClassificationModule):
     r"""A linear classifier on flattened inputs trained with the multi-class hinge loss.
 
-    The loss is :func:`torch.nn.functional.multi_margin_loss` (Crammer-Singer style, averaged over classes):
+    The loss is :func:`torch.nn.functional.multi_margin_loss` (the Weston-Watkins multi-class hinge, averaged over
+    classes):
 
     .. math:: \ell(s, y) = \frac{1}{C} \sum_{i \ne y} \max(0, \text{margin} - s_y + s_i)
 
     For two classes with ``f = s_1 - s_0`` and ``t = +1/-1`` for class 1/0 this is ``max(0, margin - t f) / 2``,
-    the classic hinge loss (halved). ``weight_decay`` is the SVM's L2 regulariser. Evaluation logs
-    ``{prefix}_loss`` (hinge) and ``{prefix}_acc`` as every :class:`ClassificationModule`.
+    the classic hinge loss (halved). ``weight_decay`` is the SVM's L2 regulariser (applied to the bias too).
+    Evaluation logs ``{prefix}_loss`` (hinge) and ``{prefix}_acc`` as every :class:`ClassificationModule`.
 
     Args:
         input_dim: Number of input features after flattening.
