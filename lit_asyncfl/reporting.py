@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,17 @@ def plot_partition(counts: np.ndarray, path: str | Path, title: str, max_clients
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def mean_std(values: Sequence[float], digits: int = 4) -> str:
+    """``mean ± std`` over seeds as the papers' tables print it; ``/`` for no values.
+
+    Example:
+        >>> mean_std([0.9, 0.8]), mean_std([1200.0], digits=0), mean_std([])
+        ('0.8500 ± 0.0707', '1,200', '/')
+    """
+    if not values:
+        return "/"
+    if len(values) == 1:
+        return f"{values[0]:,.{digits}f}"
+    return f"{statistics.mean(values):,.{digits}f} ± {statistics.stdev(values):,.{digits}f}"

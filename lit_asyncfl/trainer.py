@@ -35,6 +35,7 @@ from lit_asyncfl.reporting import (
     write_history_csv,
     write_partition_csv,
 )
+from lit_asyncfl.tracking import WandbRun, is_wandb
 
 CHECKPOINT_FORMAT = "lit_asyncfl.checkpoint.v1"
 ACCELERATORS = ("cpu", "cuda", "gpu", "auto")
@@ -89,6 +90,16 @@ def describe(obj: Any, depth: int = 0) -> Any:
 
 
 _SKIP = object()
+
+
+def _check_vocabulary(model: L.LightningModule, dm: L.LightningDataModule) -> None:
+    """A text model's embedding must cover the data's vocabulary (else an IndexError deep in ``nn.Embedding``)."""
+    data_vocab, model_vocab = getattr(dm, "vocab_size", None), model.hparams.get("vocab_size")
+    if isinstance(data_vocab, int) and isinstance(model_vocab, int) and model_vocab < data_vocab:
+        raise ValueError(
+            f"the model's vocab_size={model_vocab} is smaller than the data's vocab_size={data_vocab}: "
+            "set both to the same value (--model.init_args.vocab_size and --data.init_args.vocab_size)"
+        )
 
 
 def _eval_loader(dm: L.LightningDataModule) -> Any:
@@ -230,6 +241,7 @@ class FederatedTrainer:
         self._wall_start = 0.0
         self._stop_requested = False
         self._stop_reason = ""
+        self._wandb_runs: dict[int, WandbRun] = {}
         self._log_dir: str | None = None
         self._fingerprint_value: dict[str, Any] = {}
         seed_everything(seed, verbose=False)
@@ -295,6 +307,7 @@ class FederatedTrainer:
             torch.set_num_threads(self.num_threads)
         self._wall_start = time.perf_counter()
         self._log_dir = None
+        self._wandb_runs = {}  # a logger may have started a new W&B run since the last fit
         sim = self._build(model, datamodule)
         if ckpt_path is not None:
             self._load_checkpoint(ckpt_path)
@@ -351,6 +364,7 @@ class FederatedTrainer:
         dm.prepare_data()
         dm.setup("fit")
         self.datamodule = dm
+        _check_vocabulary(model, dm)
         algo = self.algorithm
         fraction = max((cb.server_data_fraction for cb in algo.server_callbacks), default=0.0)
         server_set = dm.split_server_data(fraction, self.seed)  # before the clients' partition
@@ -444,7 +458,15 @@ class FederatedTrainer:
         self.history.append(row)
         numeric = {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and k != "version"}
         for lg in self.loggers:
-            lg.log_metrics(numeric, step=sim.server.version)
+            if is_wandb(lg):
+                self._wandb_run(lg).log(row, step=sim.server.version)
+            else:
+                lg.log_metrics(numeric, step=sim.server.version)
+
+    def _wandb_run(self, logger: Logger) -> WandbRun:
+        if id(logger) not in self._wandb_runs:
+            self._wandb_runs[id(logger)] = WandbRun(logger)
+        return self._wandb_runs[id(logger)]
 
     def _log_hyperparams(self) -> None:
         params = self.run_config or self._fingerprint_value
@@ -558,14 +580,17 @@ class FederatedTrainer:
             plot_partition(counts, out / "partition.png", title)
         self.save_checkpoint(self._checkpoint_path())
         for lg in self.loggers:
-            lg.log_metrics(
-                {
-                    f"summary/{k}": float(v)
-                    for k, v in self.summary.items()
-                    if isinstance(v, (int, float)) and not isinstance(v, bool)
-                },
-                step=sim.server.version,
-            )
+            if is_wandb(lg):  # the run summary, not one more point of every chart
+                self._wandb_run(lg).finish(self.summary, [out / "accuracy.png", out / "partition.png"])
+            else:
+                lg.log_metrics(
+                    {
+                        f"summary/{k}": float(v)
+                        for k, v in self.summary.items()
+                        if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    },
+                    step=sim.server.version,
+                )
             lg.save()
             lg.finalize("success")
         if self.print_summary:

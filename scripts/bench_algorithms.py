@@ -24,6 +24,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from lit_asyncfl.reporting import mean_std
+
 SUITES: dict[str, dict[str, Any]] = {
     "fedasmu": {
         "methods": ["FedASMU", "FedASMU-DA", "FedASMU-FA", "FedASMU-0", "FedAsync", "FedBuff"],
@@ -102,14 +104,6 @@ def run_one(method: str, seed: int, alpha: float, cfg: dict) -> dict:
         **{k: s[k] for k in keys},
         "wall_seconds": s["wall_seconds"],
     }
-
-
-def mean_std(values: list[float], digits: int = 4) -> str:
-    if not values:
-        return "/"
-    if len(values) == 1:
-        return f"{values[0]:,.{digits}f}"
-    return f"{statistics.mean(values):,.{digits}f} ± {statistics.stdev(values):,.{digits}f}"
 
 
 def main() -> None:

@@ -1,0 +1,343 @@
+"""Compare methods the way the papers do: configs (or presets on one base config) x seeds on one setting.
+
+Writes into ``--out``: ``comparison.md`` and ``comparison.csv`` (final and best accuracy mean ± std over seeds,
+virtual time and versions to the target accuracy — "/" when no seed reached it — how many seeds reached it, and
+the speed-up in time to target against a baseline method), ``accuracy.png`` (accuracy against virtual time: the
+mean over seeds per method, with a min-max band), and one directory per run under ``runs/<method>/seed_<s>/``
+holding the run's outputs and its ``result.json``. Finished runs (those with a ``result.json``) are not run
+again, so an interrupted comparison resumes where it stopped, and adding a seed runs only that seed.
+
+    # presets on one base config
+    python scripts/compare.py --base configs/quickstart.yaml --presets FedAsync FedBuff --seeds 0 1 2 \\
+        --baseline FedAsync --set trainer.max_virtual_time=20000 --out compare/quickstart
+    # whole configs
+    python scripts/compare.py --configs configs/fedavg.yaml configs/fedprox.yaml --seeds 0 1 --out compare/sync
+    # a comparison spec (methods with their own arguments, the setting, the offline substitute)
+    python scripts/compare.py --spec configs/compare/fedhist_table1.yaml --out compare/fedhist
+
+A spec is YAML with ``base`` (a config), ``methods`` (name -> list of CLI arguments, e.g.
+``["--trainer.algorithm=FedBuff", "--trainer.algorithm.init_args.buffer_size=10"]``, or ``{config: path, args:
+[...]}``), and optionally ``seeds``, ``target``, ``baseline``, ``set`` (arguments for every run), ``title`` and
+``substitute`` (the offline dataset standing in for the paper's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+import warnings
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from lit_asyncfl.reporting import mean_std
+
+QUIET = ["--trainer.enable_progress_bar=false", "--trainer.print_summary=false", "--trainer.logger=false"]
+
+
+def load_plan(args: argparse.Namespace) -> dict[str, Any]:
+    """The comparison plan: ``methods`` (name -> (config, arguments)), seeds, target, baseline, title."""
+    spec: dict[str, Any] = {}
+    if args.spec:
+        spec = yaml.safe_load(Path(args.spec).read_text()) or {}
+    base = args.base or spec.get("base")
+    methods: dict[str, tuple[str, list[str]]] = {}
+
+    def add(name: str, config: str | None, arguments: list[str]) -> None:
+        if name in methods:
+            raise SystemExit(f"two methods are named {name!r}: give them distinct names (e.g. in a --spec)")
+        if any(c in name for c in "/|\n"):
+            raise SystemExit(f"method name {name!r} must not contain '/', '|' or a line break")
+        methods[name] = (config, arguments)
+
+    for name, entry in (spec.get("methods") or {}).items():
+        if isinstance(entry, dict):
+            add(str(name), entry.get("config", base), [str(a) for a in entry.get("args", [])])
+        else:
+            add(str(name), base, [str(a) for a in (entry or [])])
+    for preset in args.presets or []:
+        add(preset, base, [f"--trainer.algorithm={preset}"])
+    for config in args.configs or []:
+        add(Path(config).stem, config, [])
+    if not methods:
+        raise SystemExit("nothing to compare: give --presets (with --base), --configs or a --spec with methods")
+    missing = sorted({c for c, _ in methods.values() if not c or not Path(c).exists()}, key=str)
+    if missing:
+        raise SystemExit(f"config file(s) not found: {missing} (presets need --base or a spec's base)")
+    seeds = args.seeds if args.seeds is not None else spec.get("seeds", [0, 1, 2])
+    baseline = args.baseline or spec.get("baseline")
+    if baseline is not None and baseline not in methods:
+        raise SystemExit(f"baseline {baseline!r} is not one of the methods {list(methods)}")
+    settings = [str(a) for a in spec.get("set", [])] + [f"--{kv}" if not kv.startswith("--") else kv for kv in args.set]
+    return {
+        "methods": methods,
+        "seeds": [int(s) for s in seeds],
+        "target": args.target if args.target is not None else spec.get("target"),
+        "baseline": baseline,
+        "settings": settings,
+        "title": spec.get("title", ""),
+        "substitute": spec.get("substitute", ""),
+    }
+
+
+def run_arguments(config: str, arguments: list[str], seed: int, target: float | None) -> list[str]:
+    """The CLI arguments of one run (stored with its result, so a resumed comparison can check its settings)."""
+    argv = ["--config", str(config), *arguments, f"--trainer.seed={seed}", *QUIET]
+    if target is not None:
+        argv.append(f"--trainer.target_accuracy={target}")
+    return argv
+
+
+def run_one(method: str, config: str, arguments: list[str], seed: int, target: float | None, out: Path) -> dict:
+    """Run one method and seed in this process (through the CLI parser) and save its ``result.json``."""
+    import torch
+
+    torch.set_num_threads(1)
+    from lit_asyncfl.cli import FederatedCLI
+
+    run_dir = out / "runs" / method / f"seed_{seed}"
+    argv = run_arguments(config, arguments, seed, target)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # argv is the script's own
+        cli = FederatedCLI(args=[*argv, f"--trainer.default_root_dir={run_dir}"], run=False)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    result = {
+        "method": method,
+        "seed": seed,
+        "arguments": argv,
+        "summary": cli.trainer.summary,
+        "history": [{k: r[k] for k in ("version", "virtual_time", "accuracy", "loss")} for r in cli.trainer.history],
+    }
+    tmp = run_dir / "result.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, run_dir / "result.json")  # appears only once complete: an interrupted run is redone
+    return result
+
+
+def aggregate(results: dict[str, list[dict]], baseline: str | None) -> list[dict[str, Any]]:
+    """One row per method: accuracy and time-to-target statistics over seeds, speed-up against the baseline."""
+    rows = []
+    for method, runs in results.items():
+        summaries = [r["summary"] for r in runs]
+        times = [s["time_to_target"] for s in summaries if s["time_to_target"] is not None]
+        versions = [s["versions_to_target"] for s in summaries if s["versions_to_target"] is not None]
+        rows.append(
+            {
+                "method": method,
+                "seeds": len(runs),
+                "final_accuracy": [s["final_accuracy"] for s in summaries if s["final_accuracy"] is not None],
+                "best_accuracy": [s["best_accuracy"] for s in summaries if s["best_accuracy"] is not None],
+                "time_to_target": times,
+                "versions_to_target": versions,
+                "reached": len(times),
+                "target": summaries[0]["target_accuracy"] if summaries else None,
+            }
+        )
+    base = next((r for r in rows if r["method"] == baseline), None)
+
+    def all_reached(row: dict[str, Any]) -> bool:
+        return bool(row["seeds"]) and row["reached"] == row["seeds"]
+
+    for row in rows:
+        # Only when every seed of both reached the target: a mean over the lucky seeds would flatter a method.
+        ok = base is not None and all_reached(base) and all_reached(row)
+        row["speedup"] = (
+            statistics.mean(base["time_to_target"]) / statistics.mean(row["time_to_target"]) if ok else None
+        )
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]], plan: dict[str, Any]) -> str:
+    target = rows[0]["target"] if rows else None
+    head = [
+        f"**{plan['title']}**" if plan["title"] else "",
+        f"Offline substitute: {plan['substitute']}" if plan["substitute"] else "",
+    ]
+    lines = [h for h in head if h]
+    lines += [
+        f"Seeds {plan['seeds']}; mean ± std over seeds; time and versions to {target:g} accuracy over the seeds "
+        "that reached it (\"/\": none did); speed-up = baseline's mean time to target / the method's, only when "
+        "every seed of both reached the target.",
+        "",
+        f"| method | final accuracy | best accuracy | time to {target:g} (virtual s) | versions to {target:g} "
+        f"| reached | speed-up vs {plan['baseline'] or '-'} |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        speedup = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "/"
+        lines.append(
+            f"| {r['method']} | {mean_std(r['final_accuracy'])} | {mean_std(r['best_accuracy'])} | "
+            f"{mean_std(r['time_to_target'], 0)} | {mean_std(r['versions_to_target'], 0)} | "
+            f"{r['reached']}/{r['seeds']} | {speedup} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    def stat(values: list[float], fn: Any) -> Any:
+        return fn(values) if len(values) >= (2 if fn is statistics.stdev else 1) else ""
+
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(
+            ["method", "seeds", "final_accuracy_mean", "final_accuracy_std", "best_accuracy_mean",
+             "best_accuracy_std", "time_to_target_mean", "time_to_target_std", "versions_to_target_mean",
+             "reached", "target", "speedup"]
+        )  # fmt: skip
+        for r in rows:
+            writer.writerow(
+                [r["method"], r["seeds"], stat(r["final_accuracy"], statistics.mean),
+                 stat(r["final_accuracy"], statistics.stdev), stat(r["best_accuracy"], statistics.mean),
+                 stat(r["best_accuracy"], statistics.stdev), stat(r["time_to_target"], statistics.mean),
+                 stat(r["time_to_target"], statistics.stdev), stat(r["versions_to_target"], statistics.mean),
+                 r["reached"], r["target"], "" if r["speedup"] is None else r["speedup"]]
+            )  # fmt: skip
+
+
+def curve_on_grid(history: list[dict[str, Any]], grid: np.ndarray) -> np.ndarray:
+    """Accuracy at each grid time: the last evaluation at or before it (NaN before the first one).
+
+    Example:
+        >>> curve_on_grid([{"virtual_time": 0.0, "accuracy": 0.1}, {"virtual_time": 10.0, "accuracy": 0.5}],
+        ...               np.array([0.0, 5.0, 10.0, 20.0])).tolist()
+        [0.1, 0.1, 0.5, 0.5]
+    """
+    rows = [r for r in history if r.get("accuracy") is not None]
+    times = np.array([r["virtual_time"] for r in rows], dtype=float)
+    accs = np.array([r["accuracy"] for r in rows], dtype=float)
+    idx = np.searchsorted(times, grid, side="right") - 1
+    return np.where(idx >= 0, accs[np.clip(idx, 0, None)], np.nan)
+
+
+def plot(results: dict[str, list[dict]], path: Path, title: str, target: float | None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ends = [r["history"][-1]["virtual_time"] for runs in results.values() for r in runs if r["history"]]
+    if not ends:
+        return
+    end = max(ends)
+    grid = np.linspace(0.0, end, 400)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for method, runs in results.items():
+        runs = [r for r in runs if r["history"]]
+        if not runs:
+            continue
+        # a seed's curve stops where its run stopped; beyond that it is not extended
+        curves = np.stack([
+            np.where(grid <= r["history"][-1]["virtual_time"], curve_on_grid(r["history"], grid), np.nan) for r in runs
+        ])  # fmt: skip
+        # mean and band only where every seed has a value: no jump where a seed's run ended early
+        (line,) = ax.plot(grid, curves.mean(axis=0), label=f"{method} ({len(runs)} seeds)")
+        if len(runs) > 1:
+            ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0), color=line.get_color(), alpha=0.15, lw=0)
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("virtual time (s)")
+    ax.set_ylabel("accuracy (mean over seeds, band: min-max)")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title(title or "accuracy against virtual time")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", type=Path, help="a comparison spec (YAML)")
+    parser.add_argument("--base", help="base config for --presets")
+    parser.add_argument("--presets", nargs="*", help="preset names run on the base config (e.g. FedAsync FedBuff)")
+    parser.add_argument("--configs", nargs="*", help="whole configs, one method each (named by file stem)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="run seeds (default: the spec's, else 0 1 2)")
+    parser.add_argument("--target", type=float, help="target accuracy (default: the configs')")
+    parser.add_argument("--baseline", help="method the speed-up is measured against")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="CLI settings for every run")
+    parser.add_argument("--workers", type=int, default=1, help="runs in parallel (one process and thread each)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    plan = load_plan(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    results: dict[str, list[dict]] = {m: [] for m in plan["methods"]}
+    todo = []
+    for method, (config, arguments) in plan["methods"].items():
+        for seed in plan["seeds"]:
+            job = (method, config, [*arguments, *plan["settings"]], seed)
+            done = args.out / "runs" / method / f"seed_{seed}" / "result.json"
+            if not done.exists():
+                todo.append(job)
+                continue
+            previous = json.loads(done.read_text())
+            expected = run_arguments(config, job[2], seed, plan["target"])
+            if previous["arguments"] != expected:
+                raise SystemExit(
+                    f"{done} was run with other settings:\n  then: {previous['arguments']}\n  now:  {expected}\n"
+                    "use another --out, or delete that run directory to run it again"
+                )
+            results[method].append(previous)
+    total = sum(len(v) for v in results.values()) + len(todo)
+    print(f"{total} runs: {total - len(todo)} already finished in {args.out}, {len(todo)} to run", flush=True)
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not todo)
+    failures: list[str] = []
+
+    def finished(job: tuple, outcome: dict | BaseException) -> None:
+        if isinstance(outcome, BaseException):
+            failures.append(f"{job[0]} seed {job[3]}: {type(outcome).__name__}: {outcome}")
+            tqdm.write(f"FAILED {failures[-1]}")
+        else:
+            results[outcome["method"]].append(outcome)
+        bar.update()
+        bar.set_postfix_str(f"{job[0]} seed {job[3]}")
+
+    if args.workers > 1 and len(todo) > 1:
+        with ProcessPoolExecutor(args.workers) as pool:
+            futures = {pool.submit(run_one, *job, plan["target"], args.out): job for job in todo}
+            for future in as_completed(futures):
+                error = future.exception()
+                finished(futures[future], error if error is not None else future.result())
+    else:
+        for job in todo:
+            try:
+                outcome: dict | BaseException = run_one(*job, plan["target"], args.out)
+            except Exception as error:  # one failed run must not lose the others' table
+                outcome = error
+            finished(job, outcome)
+    bar.close()
+    results = {m: runs for m, runs in results.items() if runs}
+    if not results:
+        print("no run finished:\n  " + "\n  ".join(failures))
+        return 1
+    for runs in results.values():
+        runs.sort(key=lambda r: r["seed"])
+
+    rows = aggregate(results, plan["baseline"])
+    table = markdown(rows, plan)
+    (args.out / "comparison.md").write_text(table)
+    write_csv(rows, args.out / "comparison.csv")
+    plot(results, args.out / "accuracy.png", plan["title"], rows[0]["target"] if rows else None)
+    print(table)
+    print(f"wrote {args.out}/comparison.md, comparison.csv, accuracy.png")
+    if failures:
+        print(
+            f"{len(failures)} run(s) failed (left out of the table; rerun to retry them):\n  " + "\n  ".join(failures)
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
