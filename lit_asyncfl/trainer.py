@@ -19,7 +19,8 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lit_asyncfl.algorithms import Algorithm, get_algorithm
-from lit_asyncfl.client.trainer import LocalTrainer, SequentialExecutor
+from lit_asyncfl.client.engines import DEFAULT_NUM_THREADS, build_executor, check_engine
+from lit_asyncfl.client.trainer import SequentialExecutor
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.simulator import Simulator, sample_profiles
@@ -152,7 +153,18 @@ class FederatedTrainer:
         print_summary: Print the summary table at the end of :meth:`fit`.
         checkpoint_every: Save ``checkpoints/last.ckpt`` in the log dir every this many events (``None``: only at
             the end of the run).
-        num_threads: Set ``torch.set_num_threads`` for the run (``None``: leave as is).
+        num_threads: Intra-op threads (``torch.set_num_threads``) for the run; ``None``: the engine's default, one
+            thread for ``fast`` and ``lightning`` (a client update is too small to split over threads, and extra
+            threads slow it down as soon as another process competes for the cores), also for ``cohort``, which
+            gains from more threads only on an otherwise idle machine.
+        engine: How client updates are computed: ``"fast"`` (a minimal loop over the module's ``training_step``
+            and ``configure_optimizers``), ``"lightning"`` (a real ``lightning.Trainer`` per update, for modules
+            that need one: their own callbacks, ``self.log``, ``self.trainer``; bit-identical to ``fast``) or
+            ``"cohort"`` (every in-flight job at once with ``torch.func.vmap``; plain SGD, no BatchNorm; equal to
+            ``fast`` up to float32 rounding). See :mod:`lit_asyncfl.client.engines`.
+        onednn: Use oneDNN (``torch.backends.mkldnn``) kernels during local training; ``None``: automatic, off on
+            the CPU for small convolutions (where the plain kernels are faster), else unchanged. Switching it
+            changes float results in the last bits (about 1e-8 in LeNet-5 weights), never their determinism.
 
     Example:
         >>> from lit_asyncfl.algorithms import FedAsync
@@ -185,6 +197,8 @@ class FederatedTrainer:
         print_summary: bool = True,
         checkpoint_every: int | None = None,
         num_threads: int | None = None,
+        engine: str = "fast",
+        onednn: bool | None = None,
     ) -> None:
         self.algorithm = get_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
         _check(
@@ -209,6 +223,8 @@ class FederatedTrainer:
         _check(accelerator in ACCELERATORS, f"unknown accelerator {accelerator!r}; allowed: {list(ACCELERATORS)}")
         _check_int("checkpoint_every", checkpoint_every, 1, optional=True)
         _check_int("num_threads", num_threads, 1, optional=True)
+        check_engine(engine)
+        _check(onednn is None or isinstance(onednn, bool), f"onednn must be True, False or None, got {onednn!r}")
         self.algorithm.scheduler.setup(num_clients)  # e.g. concurrency larger than num_clients fails here
 
         self.num_clients = num_clients
@@ -226,6 +242,8 @@ class FederatedTrainer:
         self.print_summary = print_summary
         self.checkpoint_every = checkpoint_every
         self.num_threads = num_threads
+        self.engine = engine
+        self.onednn = onednn
         #: Configuration recorded with the run (the CLI stores the full parsed config here).
         self.run_config: dict[str, Any] | None = None
 
@@ -374,7 +392,18 @@ class FederatedTrainer:
         model.to(self.device)
         self.global_model = model
         self._flat = FlatParameters(model)
-        local = LocalTrainer(model, shards, dm.batch_size, algo.client_callbacks, self.device)
+        if self.num_threads is None:
+            torch.set_num_threads(DEFAULT_NUM_THREADS[self.engine])
+        executor = build_executor(
+            self.engine,
+            model,
+            shards,
+            dm.batch_size,
+            algo.client_callbacks,
+            self.device,
+            onednn=self.onednn,
+            sequential=SequentialExecutor,
+        )
         server = Server(self._flat.read(), algo.aggregator, algo.server_callbacks, self.num_clients)
         if server_set is not None:
             server.data = (server_set.tensors[0].to(self.device), server_set.tensors[1].to(self.device))
@@ -382,7 +411,7 @@ class FederatedTrainer:
         sim = Simulator(
             server=server,
             scheduler=algo.scheduler,
-            executor=SequentialExecutor(local),
+            executor=executor,
             device_model=self.device_model,
             num_samples=[shards.num_samples(c) for c in range(self.num_clients)],
             local_epochs=self.local_epochs,

@@ -54,6 +54,16 @@ def finished_records(run_dir: Path, timeout: float = 60.0) -> list:
         time.sleep(0.2)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_wandb():
+    """W&B keeps process-wide settings (e.g. a disabled mode from an earlier test): start and end clean."""
+    import wandb
+
+    wandb.teardown()
+    yield
+    wandb.teardown()
+
+
 def _key(item) -> str:
     return item.key or "/".join(item.nested_key)
 

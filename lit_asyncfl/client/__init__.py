@@ -1,6 +1,20 @@
 """Client side: local training engines and client callbacks."""
 
 from lit_asyncfl.client.callbacks import ClientCallback, LearningRateDecay, ProximalTerm
+from lit_asyncfl.client.cohort import CohortExecutor, CohortTrainer
+from lit_asyncfl.client.engines import ENGINES, build_executor
+from lit_asyncfl.client.lightning_engine import LightningLocalTrainer
 from lit_asyncfl.client.trainer import LocalTrainer, SequentialExecutor
 
-__all__ = ["ClientCallback", "LearningRateDecay", "LocalTrainer", "ProximalTerm", "SequentialExecutor"]
+__all__ = [
+    "ENGINES",
+    "ClientCallback",
+    "CohortExecutor",
+    "CohortTrainer",
+    "LearningRateDecay",
+    "LightningLocalTrainer",
+    "LocalTrainer",
+    "ProximalTerm",
+    "SequentialExecutor",
+    "build_executor",
+]

@@ -13,6 +13,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.client.kernels import OneDNN
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
@@ -62,6 +63,7 @@ class LocalTrainer:
         batch_size: Local mini-batch size.
         callbacks: Client callbacks.
         device: Training device.
+        onednn: ``torch.backends.mkldnn.enabled`` while a job trains (restored afterwards); ``None``: leave it.
     """
 
     def __init__(
@@ -71,6 +73,7 @@ class LocalTrainer:
         batch_size: int,
         callbacks: Sequence[ClientCallback] = (),
         device: torch.device | str = "cpu",
+        onednn: bool | None = None,
     ) -> None:
         if not module.automatic_optimization:
             raise ValueError(
@@ -85,6 +88,7 @@ class LocalTrainer:
         self.batch_size = batch_size
         self.callbacks = list(callbacks)
         self.device = torch.device(device)
+        self.onednn = onednn
 
     def train(self, job: ClientJob, start_weights: Tensor, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
         """Run ``job.local_epochs`` epochs from ``start_weights`` and return the update.
@@ -92,6 +96,10 @@ class LocalTrainer:
         ``fresh`` is the server's answer to the job's request (weights and version of the global model current at
         the request), handed to the callbacks' ``on_fresh_model`` after ``job.request_step`` steps.
         """
+        with OneDNN(self.onednn):
+            return self._train(job, start_weights, fresh)
+
+    def _train(self, job: ClientJob, start_weights: Tensor, fresh: tuple[Tensor, int] | None) -> ClientUpdate:
         module = self.module
         self.flat.load(start_weights)
         module.train()

@@ -1,0 +1,273 @@
+"""The ``cohort`` engine: all pending client jobs trained at once with ``torch.func`` over stacked weights."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import torch
+import torch.utils._pytree as pytree
+from torch import Tensor, nn
+from torch.func import functional_call, grad_and_value, vmap
+
+from lit_asyncfl.client.callbacks import ClientCallback, LearningRateDecay, ProximalTerm
+from lit_asyncfl.client.kernels import OneDNN
+from lit_asyncfl.client.trainer import parse_optimizers
+from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.core.workspace import ModelWorkspace
+from lit_asyncfl.data.shards import ClientShards, DatasetShards
+
+#: Client callbacks the cohort engine applies itself (as gradient or learning-rate terms).
+SUPPORTED_CALLBACKS = (ProximalTerm, LearningRateDecay)
+
+#: Default largest cohort: bounds the stacked weights (a few copies per job) when thousands of clients are in
+#: flight; on LeNet-5 the time per update hardly improves beyond a few dozen jobs per cohort.
+DEFAULT_MAX_COHORT = 128
+
+
+class _TrainingStep(nn.Module):
+    """The module's ``training_step`` as a ``forward`` returning the loss (what ``functional_call`` runs)."""
+
+    def __init__(self, module: L.LightningModule) -> None:
+        super().__init__()
+        self.m = module
+
+    def forward(self, batch: Any, batch_idx: int) -> Tensor:
+        out = self.m.training_step(batch, batch_idx)
+        loss = out["loss"] if isinstance(out, dict) else out
+        if loss is None:
+            raise ValueError("the cohort engine cannot skip batches: training_step returned None")
+        return loss
+
+
+def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] = ()) -> tuple[float, float]:
+    """Raise a ``ValueError`` saying why ``module`` or ``callbacks`` cannot run under the cohort engine.
+
+    Supported: one plain SGD optimizer (``lr``, ``weight_decay``; no momentum, no scheduler), trainable
+    floating-point parameters and no floating-point buffers (so no BatchNorm running statistics), client callbacks
+    :class:`~lit_asyncfl.client.callbacks.ProximalTerm` and :class:`~lit_asyncfl.client.callbacks.LearningRateDecay`.
+
+    Returns:
+        The optimizer's ``(lr, weight_decay)``.
+    """
+    batch_norms = [name for name, m in module.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if batch_norms:
+        raise ValueError(
+            f"{type(module).__name__} has BatchNorm layers ({', '.join(batch_norms[:3])}"
+            f"{', ...' if len(batch_norms) > 3 else ''}), whose running statistics the cohort engine does not batch: "
+            "use a GroupNorm variant (e.g. ResNet20(norm='group'), VGG11(norm='group')) or engine='fast'"
+        )
+    buffers = [name for name, b in module.named_buffers() if b.is_floating_point()]
+    if buffers:
+        raise ValueError(
+            f"the cohort engine does not batch floating-point buffers ({', '.join(buffers[:3])}); use engine='fast'"
+        )
+    frozen = [name for name, p in module.named_parameters() if not p.requires_grad]
+    if frozen:
+        raise ValueError(
+            f"the cohort engine trains every parameter; frozen: {', '.join(frozen[:3])}; use engine='fast'"
+        )
+    for cb in callbacks:
+        if not isinstance(cb, SUPPORTED_CALLBACKS):
+            raise ValueError(
+                f"the cohort engine cannot run the client callback {type(cb).__name__} (it supports "
+                f"{', '.join(c.__name__ for c in SUPPORTED_CALLBACKS)}; callbacks that interact with the server "
+                "mid-training or keep state ordered by virtual time need engine='fast')"
+            )
+    optimizer, schedulers = parse_optimizers(module.configure_optimizers())  # type: ignore[operator]
+    groups = optimizer.param_groups
+    if type(optimizer) is not torch.optim.SGD or len(groups) != 1 or schedulers:
+        raise ValueError(
+            "the cohort engine runs plain SGD with one parameter group and no learning-rate scheduler; "
+            f"configure_optimizers returned {type(optimizer).__name__} with {len(groups)} group(s) and "
+            f"{len(schedulers)} scheduler(s); use engine='fast'"
+        )
+    group = groups[0]
+    if group["momentum"] != 0 or group["nesterov"] or group["maximize"]:
+        raise ValueError(
+            f"the cohort engine runs SGD without momentum, got momentum={group['momentum']}, "
+            f"nesterov={group['nesterov']}, maximize={group['maximize']}; use engine='fast'"
+        )
+    return float(group["lr"]), float(group["weight_decay"])
+
+
+class CohortTrainer:
+    """Trains many client jobs at once (the ``cohort`` engine).
+
+    The jobs' weights are stacked into one ``[jobs, parameters]`` tensor; at every local step the jobs whose
+    batches have the same shape and batch index are trained together with
+    ``vmap(grad_and_value(functional_call(training_step)))``, so clients with different shard sizes (a smaller last
+    batch, fewer steps) are grouped rather than padded, and each sees exactly the batches the ``fast`` engine would
+    give it (same generator, same order). The SGD step (with weight decay, FedProx's proximal term and FedADT's
+    learning-rate decay) is applied to the stacked weights.
+
+    Results equal the ``fast`` engine's up to float32 rounding of the batched kernels (for LeNet-5 on digits below
+    1e-7 after 100 steps, tested at 1e-6 for jobs of up to 3 epochs; 1e-12 in float64). Over a full run the
+    differences can grow once rounding flips a ReLU or max-pool tie (2e-4 after 100 FedBuff updates). Random
+    operations in ``training_step`` (dropout) draw different numbers per client from a generator seeded by the
+    cohort's first job, not the job's own stream: such modules are deterministic but do not match ``fast``.
+
+    Args:
+        module: The user's module; a private copy is used.
+        shards: The clients' data.
+        batch_size: Local mini-batch size.
+        callbacks: Client callbacks (see :func:`check_cohort_support`).
+        device: Training device.
+        onednn: ``torch.backends.mkldnn.enabled`` while a cohort trains; ``None``: leave it.
+    """
+
+    def __init__(
+        self,
+        module: L.LightningModule,
+        shards: ClientShards | DatasetShards,
+        batch_size: int,
+        callbacks: Sequence[ClientCallback] = (),
+        device: torch.device | str = "cpu",
+        onednn: bool | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        workspace = ModelWorkspace(module, device)
+        self.module, self.flat = workspace.module, workspace.flat
+        self.lr, self.weight_decay = check_cohort_support(self.module, callbacks)
+        self.shards = shards
+        self.batch_size = batch_size
+        self.callbacks = list(callbacks)
+        self.device = torch.device(device)
+        self.onednn = onednn
+        self._step_module = _TrainingStep(self.module)
+        self._names = [f"m.{name}" for name, _ in self.module.named_parameters()]
+        self._shapes = [p.shape for p in self.flat.params]
+        self._step = vmap(grad_and_value(self._loss), in_dims=(0, 0, None), randomness="different")
+
+    def _loss(self, params: dict[str, Tensor], batch: Any, batch_idx: int) -> Tensor:
+        return functional_call(self._step_module, params, (batch, batch_idx), strict=False)
+
+    def _params(self, weights: Tensor) -> dict[str, Tensor]:
+        views, offset, rows = {}, 0, weights.shape[0]
+        for name, shape in zip(self._names, self._shapes):
+            n = shape.numel()
+            views[name] = weights[:, offset : offset + n].view(rows, *shape)
+            offset += n
+        return views
+
+    def _lr(self, job: ClientJob) -> float:
+        lr = self.lr
+        for cb in self.callbacks:
+            if isinstance(cb, LearningRateDecay):
+                lr *= cb.factor(job.base_version)
+        return lr
+
+    def train_many(self, jobs: Sequence[ClientJob], starts: Sequence[Tensor]) -> list[ClientUpdate]:
+        """Train the jobs from their start weights together and return their updates (in the jobs' order)."""
+        with OneDNN(self.onednn), torch.no_grad():
+            return self._train_many(jobs, starts)
+
+    def _train_many(self, jobs: Sequence[ClientJob], starts: Sequence[Tensor]) -> list[ClientUpdate]:
+        if not jobs:
+            return []
+        self.module.train()
+        torch.default_generator.manual_seed(jobs[0].seed)
+        plans = []  # every job's (batch_idx, batch) list over all its epochs: the fast engine's batches
+        for job in jobs:
+            generator = torch.Generator().manual_seed(job.seed)
+            plans.append(
+                [
+                    (i, b)
+                    for _ in range(job.local_epochs)
+                    for i, b in enumerate(self.shards.batches(job.client, self.batch_size, generator))
+                ]
+            )
+        weights = torch.stack([s.to(self.device) for s in starts])
+        prox = [cb.mu for cb in self.callbacks if isinstance(cb, ProximalTerm) and cb.mu != 0]
+        anchors = weights.clone() if prox else weights
+        lrs = torch.tensor([self._lr(j) for j in jobs], dtype=weights.dtype, device=self.device)
+        loss_sums = torch.zeros(len(jobs), dtype=weights.dtype, device=self.device)
+        for t in range(max(len(p) for p in plans)):
+            groups: dict[tuple[Any, ...], list[int]] = {}
+            for j, plan in enumerate(plans):
+                if t < len(plan):
+                    idx, batch = plan[t]
+                    shapes = tuple(getattr(leaf, "shape", None) for leaf in pytree.tree_leaves(batch))
+                    groups.setdefault((idx, shapes), []).append(j)
+            for (idx, _), members in groups.items():
+                # The common case, every job in the group, works on the stacked tensors in place, without copies.
+                every = len(members) == len(jobs)
+                rows = torch.tensor(members, device=self.device)
+                batch = pytree.tree_map(lambda *leaves: torch.stack(leaves), *(plans[j][t][1] for j in members))
+                w = weights if every else weights.index_select(0, rows)
+                with torch.enable_grad():
+                    grads, loss = self._step(self._params(w), batch, idx)
+                g = torch.cat([grads[name].reshape(len(members), -1) for name in self._names], dim=1)
+                for mu in prox:  # FedProx, as ProximalTerm.on_after_backward: g + mu (w - w_start)
+                    g.add_(w - (anchors if every else anchors.index_select(0, rows)), alpha=mu)
+                if self.weight_decay:  # as torch.optim.SGD: g + weight_decay * w
+                    g.add_(w, alpha=self.weight_decay)
+                lr = (lrs if every else lrs.index_select(0, rows))[:, None]
+                if every:
+                    weights.addcmul_(lr, g, value=-1)
+                    loss_sums.add_(loss.detach())
+                else:
+                    weights.index_copy_(0, rows, torch.addcmul(w, lr, g, value=-1))
+                    loss_sums.index_add_(0, rows, loss.detach())
+        updates = []
+        for j, job in enumerate(jobs):
+            steps = len(plans[j])
+            updates.append(
+                ClientUpdate(
+                    job=job,
+                    weights=weights[j].clone(),
+                    base_weights=starts[j],
+                    num_samples=self.shards.num_samples(job.client),
+                    num_steps=steps,
+                    train_loss=float(loss_sums[j]) / steps if steps else float("nan"),
+                    info={"lr": float(lrs[j])},
+                )
+            )
+        return updates
+
+
+class CohortExecutor:
+    """Computes, whenever an update is asked for, every pending job at once with a :class:`CohortTrainer`.
+
+    Every dispatched job's start model is known at dispatch, so all pending jobs are independent until their
+    arrival; the updates are stashed and handed out at the arrival events, in virtual-time order.
+
+    Args:
+        trainer: The cohort trainer.
+        max_cohort: At most this many jobs per cohort (the asked-for job and the earliest dispatched others);
+            ``None``: every pending job.
+    """
+
+    def __init__(self, trainer: CohortTrainer, max_cohort: int | None = DEFAULT_MAX_COHORT) -> None:
+        if max_cohort is not None and max_cohort < 1:
+            raise ValueError(f"max_cohort must be >= 1, got {max_cohort}")
+        self.trainer = trainer
+        self.max_cohort = max_cohort
+        self._pending: dict[int, tuple[ClientJob, Tensor]] = {}
+        self._done: dict[int, ClientUpdate] = {}
+        #: Sizes of the cohorts computed so far (for benchmarks and tests).
+        self.cohort_sizes: list[int] = []
+
+    def submit(self, job: ClientJob, start_weights: Tensor) -> None:
+        """Register a dispatched job."""
+        if job.request_step is not None:
+            raise ValueError("the cohort engine cannot run jobs with a mid-training server request; use engine='fast'")
+        self._pending[job.job_id] = (job, start_weights)
+
+    def cancel(self, job_id: int) -> None:
+        """Forget a job whose update will never be consumed."""
+        self._pending.pop(job_id, None)
+        self._done.pop(job_id, None)
+
+    def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
+        """The update of a job, computing it with every other pending job if it is not computed yet."""
+        if job_id not in self._done:
+            others = sorted(k for k in self._pending if k != job_id)
+            ids = [job_id, *others][: self.max_cohort]
+            entries = [self._pending.pop(k) for k in ids]
+            self.cohort_sizes.append(len(ids))
+            updates = self.trainer.train_many([e[0] for e in entries], [e[1] for e in entries])
+            self._done.update(zip(ids, updates))
+        return self._done.pop(job_id)

@@ -1,0 +1,89 @@
+"""Local-training engines behind one executor interface, chosen by ``FederatedTrainer(engine=...)``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import lightning as L
+import torch
+
+from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.client.cohort import CohortExecutor, CohortTrainer
+from lit_asyncfl.client.kernels import choose_onednn
+from lit_asyncfl.client.lightning_engine import LightningLocalTrainer
+from lit_asyncfl.client.trainer import LocalTrainer, SequentialExecutor
+from lit_asyncfl.core.workspace import ModelWorkspace
+from lit_asyncfl.data.shards import ClientShards, DatasetShards
+
+#: Engine name -> local trainer class.
+ENGINES: dict[str, type] = {"fast": LocalTrainer, "lightning": LightningLocalTrainer, "cohort": CohortTrainer}
+
+#: Intra-op threads of each engine when the user sets none. One client update is too small to split over threads:
+#: with another busy process on a 2-core machine, 2 threads made the per-client engines 1.8-3.1x slower (issue 8).
+#: A cohort gains from a second thread on a quiet machine (LeNet-5, 50 jobs: 1.6-1.9 -> 1.0-1.6 ms per update),
+#: but with another busy process on the 2 cores the cohort tests ran 10x slower with 2 threads than with 1: set
+#: ``num_threads`` on a machine of your own.
+DEFAULT_NUM_THREADS: dict[str, int] = {"fast": 1, "lightning": 1, "cohort": 1}
+
+
+def check_engine(engine: str) -> None:
+    """Raise a ``ValueError`` naming ``engine`` and the allowed names unless it is one of :data:`ENGINES`.
+
+    Example:
+        >>> check_engine("fast")
+        >>> check_engine("slow")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown engine 'slow'; allowed: ['fast', 'lightning', 'cohort']
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; allowed: {list(ENGINES)}")
+
+
+def _probe_batch(shards: ClientShards | DatasetShards, batch_size: int) -> object | None:
+    """A first training batch of the largest client (its shape decides the automatic kernel choice)."""
+    sizes = [shards.num_samples(c) for c in range(shards.num_clients)]
+    if not sizes or max(sizes) == 0:
+        return None
+    client = max(range(len(sizes)), key=sizes.__getitem__)
+    return next(iter(shards.batches(client, batch_size, torch.Generator().manual_seed(0))))
+
+
+def build_executor(
+    engine: str,
+    module: L.LightningModule,
+    shards: ClientShards | DatasetShards,
+    batch_size: int,
+    callbacks: Sequence[ClientCallback] = (),
+    device: torch.device | str = "cpu",
+    onednn: bool | None = None,
+    sequential: Callable[[Any], Any] = SequentialExecutor,
+) -> Any:
+    """The executor computing the clients' updates with the chosen engine.
+
+    Args:
+        engine: ``"fast"`` (:class:`~lit_asyncfl.client.trainer.LocalTrainer`), ``"lightning"``
+            (:class:`~lit_asyncfl.client.lightning_engine.LightningLocalTrainer`) or ``"cohort"``
+            (:class:`~lit_asyncfl.client.cohort.CohortTrainer` behind a
+            :class:`~lit_asyncfl.client.cohort.CohortExecutor`).
+        module: The user's module (each engine trains a private copy).
+        shards: The clients' data.
+        batch_size: Local mini-batch size.
+        callbacks: Client callbacks.
+        device: Training device.
+        onednn: oneDNN on or off during local training; ``None`` chooses by
+            :func:`~lit_asyncfl.client.kernels.choose_onednn` (off for small convolutions on the CPU). The engine
+            applies the choice (``trainer.onednn``) around each job, whatever executor runs it.
+        sequential: Builds the executor of the per-client engines from their local trainer (default
+            :class:`~lit_asyncfl.client.trainer.SequentialExecutor`); the cohort engine has its own.
+    """
+    check_engine(engine)
+    device = torch.device(device)
+    if onednn is None and device.type == "cpu" and engine != "cohort":  # a cohort's batched convolutions are large
+        batch = _probe_batch(shards, batch_size)
+        if batch is not None:
+            workspace = ModelWorkspace(module, device)  # a silenced copy: the probe leaves the engine untouched
+            onednn = choose_onednn(None, workspace.module, batch, device)
+    trainer = ENGINES[engine](module, shards, batch_size, callbacks, device, onednn=onednn)
+    return CohortExecutor(trainer) if engine == "cohort" else sequential(trainer)

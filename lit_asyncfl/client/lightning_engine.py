@@ -1,0 +1,245 @@
+"""The ``lightning`` engine: a real ``lightning.Trainer`` per client update."""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import logging
+import random
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.strategies import SingleDeviceStrategy
+from torch import Tensor
+from torch.utils.data import DataLoader, IterableDataset
+
+from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.client.kernels import OneDNN
+from lit_asyncfl.core.flat import FlatParameters
+from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.data.shards import ClientShards, DatasetShards
+
+#: Flags of every per-update ``lightning.Trainer``: nothing but the training loop.
+TRAINER_FLAGS: dict[str, Any] = {
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+    "num_sanity_val_steps": 0,
+    "limit_val_batches": 0,
+    "use_distributed_sampler": False,
+}
+
+
+class _JobBatches(IterableDataset):
+    """One epoch of a job's batches per iteration: exactly the batches the ``fast`` engine draws."""
+
+    def __init__(self, shards: ClientShards | DatasetShards, client: int, batch_size: int, generator: torch.Generator):
+        self.shards, self.client, self.batch_size, self.generator = shards, client, batch_size, generator
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.shards.batches(self.client, self.batch_size, self.generator))
+
+
+class _StayOnDevice(SingleDeviceStrategy):
+    """The single-device strategy without the teardown's move of the module to the CPU.
+
+    The engine reuses one module whose weights are views of one flat vector; moving it would break that binding.
+    """
+
+    def teardown(self) -> None:
+        self.precision_plugin.teardown()
+        assert self.accelerator is not None
+        self.accelerator.teardown()
+        self.checkpoint_io.teardown()
+
+
+class _ClientHooks(L.Callback):
+    """Runs the client callbacks at the matching points of the Trainer's loop and collects the loss statistics."""
+
+    def __init__(self, engine: LightningLocalTrainer, job: ClientJob, start: Tensor, fresh: Any) -> None:
+        self.engine, self.job, self.start, self.fresh = engine, job, start, fresh
+        self.interact_at = job.request_step if fresh is not None else None
+        self.loss_sum: Tensor | None = None
+        self.steps = 0
+        self.last_batch: Any = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        engine = self.engine
+        engine.optimizer = trainer.optimizers[0]
+        engine.job_info = {"lr": float(engine.optimizer.param_groups[0]["lr"])}
+        for cb in engine.callbacks:
+            cb.on_train_start(engine, self.job, self.start)  # type: ignore[arg-type]
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
+        if self.steps == self.interact_at:
+            self.interact_at = None
+            self.engine._fresh_model(self.job, self.fresh, self.last_batch)
+
+    def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        for cb in self.engine.callbacks:
+            cb.on_after_backward(self.engine, self.job)  # type: ignore[arg-type]
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, idx: int
+    ) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if loss is None:  # the module skipped this batch
+            return
+        loss = loss.detach()
+        self.loss_sum = loss.clone() if self.loss_sum is None else self.loss_sum + loss
+        self.steps += 1
+        self.last_batch = batch
+
+
+@contextmanager
+def _quiet_lightning() -> Iterator[None]:
+    """Silence the Trainer's per-run info lines ("GPU available: ...", "`max_epochs` reached") and the
+    data-loader hints that do not apply to resident client shards."""
+    logger = logging.getLogger("lightning.pytorch")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+            warnings.filterwarnings("ignore", message=r".*IterableDataset.*")
+            warnings.filterwarnings("ignore", message=r".*GPU available but not used.*")
+            warnings.filterwarnings("ignore", message=r".*`validation_step` but have no `val_dataloader`.*")
+            warnings.filterwarnings("ignore", message=r".*LeafSpec.*")  # Lightning 2.6's pytree use on torch 2.14
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+class LightningLocalTrainer:
+    """Runs each client update with a fresh ``lightning.Trainer`` (the ``lightning`` engine).
+
+    For modules that need the full Trainer: their own callbacks (``configure_callbacks``), ``self.log``,
+    ``self.trainer``, hooks such as ``on_train_epoch_end``, manual optimization (tested against a raw loop). The
+    job is the same as in the ``fast`` engine (:class:`~lit_asyncfl.client.trainer.LocalTrainer`): one reused
+    module whose weights are loaded with one flat copy, the job's seeds set the same way, and the Trainer is fed
+    exactly the ``fast`` engine's batches (a ``DataLoader`` over the client's shard with the job's generator), so
+    for the same job both engines give bit-identical weights (tested). Client callbacks (proximal term,
+    learning-rate decay, FedASMU's fresh-model merge) run at the matching points of the Trainer's loop.
+
+    Each Trainer has no logger, no checkpointing, no progress bar, no model summary and no validation; it trains
+    ``job.local_epochs`` epochs. Most of a Trainer's construction time is Lightning's scan of the installed
+    packages' entry points for external callbacks; the engine scans once and reuses the list (the factories are
+    still called for every Trainer), since the installed packages do not change during a run.
+
+    Args:
+        module: The user's module; a private deep copy is trained.
+        shards: The clients' data.
+        batch_size: Local mini-batch size.
+        callbacks: Client callbacks.
+        device: Training device.
+        onednn: ``torch.backends.mkldnn.enabled`` while a job trains (restored afterwards); ``None``: leave it.
+    """
+
+    def __init__(
+        self,
+        module: L.LightningModule,
+        shards: ClientShards | DatasetShards,
+        batch_size: int,
+        callbacks: Sequence[ClientCallback] = (),
+        device: torch.device | str = "cpu",
+        onednn: bool | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.device = torch.device(device)
+        self.module = copy.deepcopy(module).to(self.device)
+        self.flat = FlatParameters(self.module)
+        self.shards = shards
+        self.batch_size = batch_size
+        self.callbacks = list(callbacks)
+        self.onednn = onednn
+        self._entry_points: dict[Any, tuple[Any, ...]] = {}
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.job_info: dict[str, Any] = {}
+
+    def _trainer(self, epochs: int, hooks: L.Callback) -> L.Trainer:
+        accelerator = "gpu" if self.device.type == "cuda" else "cpu"
+        strategy = _StayOnDevice(device=self.device)
+        with self._cached_entry_points():
+            return L.Trainer(
+                accelerator=accelerator, strategy=strategy, max_epochs=epochs, callbacks=[hooks], **TRAINER_FLAGS
+            )
+
+    @contextmanager
+    def _cached_entry_points(self) -> Iterator[None]:
+        """Serve Lightning's entry-point lookups (external callback factories) from this engine's cache."""
+        from lightning.fabric.utilities import registry
+
+        original = getattr(registry, "entry_points", None)
+        if original is None:  # another Lightning version: no cache, nothing to patch
+            yield
+            return
+
+        def cached(*args: Any, **kwargs: Any) -> Any:
+            key = (args, tuple(sorted(kwargs.items())))
+            if key not in self._entry_points:
+                self._entry_points[key] = tuple(importlib.metadata.entry_points(*args, **kwargs))
+            return self._entry_points[key]
+
+        registry.entry_points = cached
+        try:
+            yield
+        finally:
+            registry.entry_points = original
+
+    def train(self, job: ClientJob, start_weights: Tensor, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
+        """Run ``job.local_epochs`` epochs from ``start_weights`` with a new Trainer and return the update.
+
+        ``fresh`` is the server's answer to the job's request, handed to the callbacks' ``on_fresh_model`` after
+        ``job.request_step`` steps (as in the ``fast`` engine).
+        """
+        self.flat.load(start_weights)
+        self.module.train()
+        torch.default_generator.manual_seed(job.seed)
+        if self.device.type == "cuda":
+            torch.cuda.manual_seed(job.seed)
+        random.seed(job.seed)
+        np.random.seed(job.seed % 2**32)
+        generator = torch.Generator().manual_seed(job.seed)
+        # The loader's own generator: creating its iterator must not draw from the default generator (the
+        # module's dropout draws from that one, as in the fast engine).
+        loader = DataLoader(
+            _JobBatches(self.shards, job.client, self.batch_size, generator),
+            batch_size=None,
+            generator=torch.Generator(),
+        )
+        hooks = _ClientHooks(self, job, start_weights, fresh)
+        with _quiet_lightning(), OneDNN(self.onednn):
+            trainer = self._trainer(job.local_epochs, hooks)
+            trainer.fit(self.module, train_dataloaders=loader)
+        if self.flat.params and self.flat.params[0].data_ptr() != self.flat.flat.data_ptr():
+            raise RuntimeError(
+                "the Trainer replaced the module's parameters (e.g. a '-true' precision converted them); the "
+                "lightning engine trains the parameters in place and does not support that"
+            )
+        if hooks.interact_at is not None:  # the request comes after the last step
+            self._fresh_model(job, fresh, hooks.last_batch)
+        steps = hooks.steps
+        update = ClientUpdate(
+            job=job,
+            weights=self.flat.read(),
+            base_weights=start_weights,
+            num_samples=self.shards.num_samples(job.client),
+            num_steps=steps,
+            train_loss=float(hooks.loss_sum) / steps if steps and hooks.loss_sum is not None else float("nan"),
+            info=self.job_info,
+        )
+        for cb in self.callbacks:
+            cb.on_train_end(self, job, update)  # type: ignore[arg-type]
+        return update
+
+    def _fresh_model(self, job: ClientJob, fresh: tuple[Tensor, int] | None, batch: Any) -> None:
+        assert fresh is not None
+        for cb in self.callbacks:
+            cb.on_fresh_model(self, job, fresh[0], fresh[1], batch)  # type: ignore[arg-type]
