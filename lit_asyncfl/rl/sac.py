@@ -242,7 +242,7 @@ class DiscreteSAC:
             "critic_loss": float(critic_loss.detach()),
             "actor_loss": float(actor_loss.detach()),
             "alpha": self.alpha,
-            "entropy": float(-(probs * logp).sum(dim=1).mean()),
+            "entropy": float(-(probs * logp).sum(dim=1).mean().detach()),
         }
 
     # -- persistence --------------------------------------------------------------------------------------------------
