@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from lit_asyncfl.data.base import FederatedDataModule
-from lit_asyncfl.data.partition import Partitioner
-from lit_asyncfl.data.tabular import held_out_split
+from lit_asyncfl.data.tabular import TabularDataModule, held_out_split
 
 
-class DigitsDataModule(FederatedDataModule):
+class DigitsDataModule(TabularDataModule):
     """The 1,797 8x8 handwritten digits of scikit-learn (UCI optdigits test set), as standardised ``(1, 8, 8)`` images.
 
     A stratified held-out test split (``test_fraction``) is drawn with a fixed ``split_seed``, so every run and
@@ -33,21 +31,6 @@ class DigitsDataModule(FederatedDataModule):
 
     num_classes = 10
     input_shape = (1, 8, 8)
-
-    def __init__(
-        self,
-        partition: str | Partitioner = "iid",
-        alpha: float | None = None,
-        batch_size: int = 10,
-        eval_batch_size: int = 512,
-        test_fraction: float = 0.2,
-        val_fraction: float = 0.0,
-        split_seed: int = 42,
-    ) -> None:
-        super().__init__(partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed)
-        if not 0 < test_fraction < 1:
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-        self.test_fraction = test_fraction
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
