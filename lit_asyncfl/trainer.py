@@ -165,6 +165,8 @@ class FederatedTrainer:
         onednn: Use oneDNN (``torch.backends.mkldnn``) kernels during local training; ``None``: automatic, off on
             the CPU for small convolutions (where the plain kernels are faster), else unchanged. Switching it
             changes float results in the last bits (about 1e-8 in LeNet-5 weights), never their determinism.
+        compile_cohort: ``torch.compile`` the ``cohort`` engine's batched step (about a minute of compilation first,
+            then ~25% faster steps; needs a C++ compiler); an error with the other engines.
 
     Example:
         >>> from lit_asyncfl.algorithms import FedAsync
@@ -199,6 +201,7 @@ class FederatedTrainer:
         num_threads: int | None = None,
         engine: str = "fast",
         onednn: bool | None = None,
+        compile_cohort: bool = False,
     ) -> None:
         self.algorithm = get_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
         _check(
@@ -225,6 +228,10 @@ class FederatedTrainer:
         _check_int("num_threads", num_threads, 1, optional=True)
         check_engine(engine)
         _check(onednn is None or isinstance(onednn, bool), f"onednn must be True, False or None, got {onednn!r}")
+        _check(
+            not compile_cohort or engine == "cohort",
+            f"compile_cohort=True needs engine='cohort', got engine={engine!r}",
+        )
         self.algorithm.scheduler.setup(num_clients)  # e.g. concurrency larger than num_clients fails here
 
         self.num_clients = num_clients
@@ -244,6 +251,7 @@ class FederatedTrainer:
         self.num_threads = num_threads
         self.engine = engine
         self.onednn = onednn
+        self.compile_cohort = compile_cohort
         #: Configuration recorded with the run (the CLI stores the full parsed config here).
         self.run_config: dict[str, Any] | None = None
 
@@ -402,6 +410,7 @@ class FederatedTrainer:
             algo.client_callbacks,
             self.device,
             onednn=self.onednn,
+            compile_cohort=self.compile_cohort,
             sequential=SequentialExecutor,
         )
         server = Server(self._flat.read(), algo.aggregator, algo.server_callbacks, self.num_clients)

@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--onednn", choices=["auto", "on", "off"], default="auto")
+    parser.add_argument("--compile", action="store_true", help="add the torch.compile'd cohort (compiles first)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -51,6 +52,11 @@ def main() -> None:
     onednn = {"auto": None, "on": True, "off": False}[args.onednn]
     executors = {name: build_executor(name, model, shards, args.batch_size, onednn=onednn) for name in ENGINES}
     executors["cohort"].max_cohort = args.cohort
+    engines = list(ENGINES)
+    if args.compile:
+        executors["cohort, compiled"] = build_executor("cohort", model, shards, args.batch_size, compile_cohort=True)
+        executors["cohort, compiled"].max_cohort = args.cohort
+        engines.append("cohort, compiled")
     kernels = executors["fast"].trainer.onednn  # the (automatic) choice, the same for every engine
     raw_model = LeNet5(lr=0.05)
     sliced = [(shards.inputs[i], shards.targets[i]) for i in shards.indices]  # pre-sliced per client
@@ -82,9 +88,9 @@ def main() -> None:
         return run
 
     runs = {"raw": run_raw(kernels), "raw, oneDNN on": run_raw(True)}
-    runs.update({name: run_engine(name) for name in ENGINES})
-    reference = runs["raw"]()  # also the warm-up
-    max_diff = {name: max((a - b).abs().max().item() for a, b in zip(reference, runs[name]())) for name in ENGINES}
+    runs.update({name: run_engine(name) for name in engines})
+    reference = runs["raw"]()  # also the warm-up (and the compilation of a compiled cohort)
+    max_diff = {name: max((a - b).abs().max().item() for a, b in zip(reference, runs[name]())) for name in engines}
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.repeats):
         for name, fn in runs.items():
@@ -98,15 +104,16 @@ def main() -> None:
         f"{len(jobs)} updates x {args.repeats} repeats, {samples:.1f} samples/client, E={args.epochs}, "
         f"batch {args.batch_size}, {args.threads} thread(s), {kernel_text} ({args.onednn})"
     )
-    print(f"{'engine':<16}{'median ms/update':>18}{'ratio vs raw':>14}{'max |w - w_raw|':>18}")
+    print(f"{'engine':<26}{'median ms/update':>18}{'ratio vs raw':>14}{'max |w - w_raw|':>18}")
     for name in runs:
         diff = f"{max_diff[name]:.1e}" if name in max_diff else "-"
-        label = f"cohort ({args.cohort})" if name == "cohort" else name
-        print(f"{label:<16}{med[name] * 1e3:>18.3f}{med[name] / med['raw']:>14.3f}{diff:>18}")
-    ratio = {name: med[name] / med["raw"] for name in ENGINES}
+        label = name.replace("cohort", f"cohort ({args.cohort})")
+        print(f"{label:<26}{med[name] * 1e3:>18.3f}{med[name] / med['raw']:>14.3f}{diff:>18}")
+    ratio = {name: med[name] / med["raw"] for name in engines}
+    compiled = f" cohort{args.cohort}_compiled_vs_raw={ratio['cohort, compiled']:.3f}" if args.compile else ""
     print(
         f"fast_vs_raw={ratio['fast']:.3f} lightning_vs_raw={ratio['lightning']:.3f} "
-        f"cohort{args.cohort}_vs_raw={ratio['cohort']:.3f}"
+        f"cohort{args.cohort}_vs_raw={ratio['cohort']:.3f}{compiled}"
     )
 
 

@@ -463,3 +463,32 @@ def test_dropout_under_the_cohort_engine_is_deterministic_with_its_own_masks(sha
     assert all(torch.equal(a.weights, b.weights) for a, b in zip(first, second))
     fast = LocalTrainer(PlainDropout(), shards, 10)  # other masks than the fast engine's (documented)
     assert not torch.equal(first[0].weights, fast.train(jobs[0], start).weights)
+
+
+def test_a_compiled_cohort_equals_the_eager_cohort(shards, monkeypatch):
+    """torch.compile of the batched step (Inductor on the CPU): same updates within float32 rounding, for unequal
+    shards and two epochs; a cohort of another size reuses the dynamic-shape compilation."""
+    import torch._inductor.config
+
+    from lit_asyncfl.models import MLP
+
+    # compile in this thread: Inductor's worker pool would outlive the test (and trip the leaked-thread guard)
+    monkeypatch.setattr(torch._inductor.config, "compile_threads", 1)
+    torch.manual_seed(0)
+    model = MLP(input_dim=64, hidden_dims=(16,), lr=0.1)
+    eager = CohortTrainer(model, shards, 10)
+    compiled = CohortTrainer(model, shards, 10, compile=True)
+    start = eager.flat.read()
+    for clients in ([0, 1, 2, 3, 4, 5], [6, 7, 8]):
+        jobs = [job(c, epochs=2, seed=11 + c) for c in clients]
+        want = eager.train_many(jobs, [start] * len(jobs))
+        got = compiled.train_many(jobs, [start] * len(jobs))
+        for w, g in zip(want, got):
+            assert g.num_steps == w.num_steps
+            assert torch.allclose(g.weights, w.weights, atol=1e-6), float((g.weights - w.weights).abs().max())
+            assert not torch.equal(g.weights, start)
+
+
+def test_compile_cohort_needs_the_cohort_engine(tmp_path):
+    with pytest.raises(ValueError, match="compile_cohort=True needs engine='cohort', got engine='fast'"):
+        make_trainer(tmp_path, FedAsync(concurrency=2), max_versions=1, compile_cohort=True)

@@ -59,6 +59,7 @@ def build_executor(
     device: torch.device | str = "cpu",
     onednn: bool | None = None,
     sequential: Callable[[Any], Any] = SequentialExecutor,
+    compile_cohort: bool = False,
 ) -> Any:
     """The executor computing the clients' updates with the chosen engine.
 
@@ -77,6 +78,7 @@ def build_executor(
             applies the choice (``trainer.onednn``) around each job, whatever executor runs it.
         sequential: Builds the executor of the per-client engines from their local trainer (default
             :class:`~lit_asyncfl.client.trainer.SequentialExecutor`); the cohort engine has its own.
+        compile_cohort: ``torch.compile`` the cohort engine's batched step (only with ``engine="cohort"``).
     """
     check_engine(engine)
     device = torch.device(device)
@@ -85,5 +87,8 @@ def build_executor(
         if batch is not None:
             workspace = ModelWorkspace(module, device)  # a silenced copy: the probe leaves the engine untouched
             onednn = choose_onednn(None, workspace.module, batch, device)
-    trainer = ENGINES[engine](module, shards, batch_size, callbacks, device, onednn=onednn)
+    if compile_cohort and engine != "cohort":
+        raise ValueError(f"compile_cohort=True needs engine='cohort', got engine={engine!r}")
+    extra = {"compile": True} if compile_cohort else {}
+    trainer = ENGINES[engine](module, shards, batch_size, callbacks, device, onednn=onednn, **extra)
     return CohortExecutor(trainer) if engine == "cohort" else sequential(trainer)
