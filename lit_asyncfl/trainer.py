@@ -93,16 +93,6 @@ def describe(obj: Any, depth: int = 0) -> Any:
 _SKIP = object()
 
 
-def _check_vocabulary(model: L.LightningModule, dm: L.LightningDataModule) -> None:
-    """A text model's embedding must cover the data's vocabulary (else an IndexError deep in ``nn.Embedding``)."""
-    data_vocab, model_vocab = getattr(dm, "vocab_size", None), model.hparams.get("vocab_size")
-    if isinstance(data_vocab, int) and isinstance(model_vocab, int) and model_vocab < data_vocab:
-        raise ValueError(
-            f"the model's vocab_size={model_vocab} is smaller than the data's vocab_size={data_vocab}: "
-            "set both to the same value (--model.init_args.vocab_size and --data.init_args.vocab_size)"
-        )
-
-
 def _eval_loader(dm: L.LightningDataModule) -> Any:
     """The validation loader, else the test loader, else ``None`` (evaluation is then skipped)."""
     for name in ("val_dataloader", "test_dataloader"):
@@ -390,7 +380,7 @@ class FederatedTrainer:
         dm.prepare_data()
         dm.setup("fit")
         self.datamodule = dm
-        _check_vocabulary(model, dm)
+        dm.check_model(model)
         algo = self.algorithm
         fraction = max((cb.server_data_fraction for cb in algo.server_callbacks), default=0.0)
         server_set = dm.split_server_data(fraction, self.seed)  # before the clients' partition

@@ -13,9 +13,8 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from lit_asyncfl.client.callbacks import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.client.kernels import OneDNN
-from lit_asyncfl.client.trainer import parse_optimizers
+from lit_asyncfl.client.trainer import LocalEngine, parse_optimizers
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
-from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
 
 #: Client callbacks the cohort engine applies itself (as gradient or learning-rate terms).
@@ -92,7 +91,7 @@ def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] 
     return float(group["lr"]), float(group["weight_decay"])
 
 
-class CohortTrainer:
+class CohortTrainer(LocalEngine):
     """Trains many client jobs at once (the ``cohort`` engine).
 
     The jobs' weights are stacked into one ``[jobs, parameters]`` tensor; at every local step the jobs whose
@@ -131,16 +130,8 @@ class CohortTrainer:
         onednn: bool | None = None,
         compile: bool = False,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        workspace = ModelWorkspace(module, device)
-        self.module, self.flat = workspace.module, workspace.flat
+        super().__init__(module, shards, batch_size, callbacks, device, onednn)
         self.lr, self.weight_decay = check_cohort_support(self.module, callbacks)
-        self.shards = shards
-        self.batch_size = batch_size
-        self.callbacks = list(callbacks)
-        self.device = torch.device(device)
-        self.onednn = onednn
         self._step_module = _TrainingStep(self.module)
         self._names = [f"m.{name}" for name, _ in self.module.named_parameters()]
         self._shapes = [p.shape for p in self.flat.params]

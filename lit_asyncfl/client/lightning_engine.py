@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import importlib.metadata
 import logging
 import random
@@ -20,7 +19,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.client.kernels import OneDNN
-from lit_asyncfl.core.flat import FlatParameters
+from lit_asyncfl.client.trainer import LocalEngine
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
 
@@ -116,7 +115,7 @@ def _quiet_lightning() -> Iterator[None]:
         logger.setLevel(level)
 
 
-class LightningLocalTrainer:
+class LightningLocalTrainer(LocalEngine):
     """Runs each client update with a fresh ``lightning.Trainer`` (the ``lightning`` engine).
 
     For modules that need the full Trainer: their own callbacks (``configure_callbacks``), ``self.log``,
@@ -150,15 +149,7 @@ class LightningLocalTrainer:
         device: torch.device | str = "cpu",
         onednn: bool | None = None,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.device = torch.device(device)
-        self.module = copy.deepcopy(module).to(self.device)
-        self.flat = FlatParameters(self.module)
-        self.shards = shards
-        self.batch_size = batch_size
-        self.callbacks = list(callbacks)
-        self.onednn = onednn
+        super().__init__(module, shards, batch_size, callbacks, device, onednn, silence_log=False)  # Trainer logs
         self._entry_points: dict[Any, tuple[Any, ...]] = {}
         self.optimizer: torch.optim.Optimizer | None = None
         self.job_info: dict[str, Any] = {}

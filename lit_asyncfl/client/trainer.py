@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -14,6 +15,7 @@ from torch.optim import Optimizer
 
 from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.client.kernels import OneDNN
+from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
@@ -48,7 +50,46 @@ def parse_optimizers(config: Any) -> tuple[Optimizer, list[tuple[Any, str]]]:
     return optimizers[0], parsed
 
 
-class LocalTrainer:
+class LocalEngine:
+    """State every local-training engine holds: a private copy of the user's module bound to one flat weight vector,
+    the clients' data, the batch size, the client callbacks, the device and the kernel choice.
+
+    Args:
+        module: The user's module; a private deep copy is trained.
+        shards: The clients' data.
+        batch_size: Local mini-batch size.
+        callbacks: Client callbacks.
+        device: Training device.
+        onednn: ``torch.backends.mkldnn.enabled`` while a job trains (restored afterwards); ``None``: leave it.
+        silence_log: Make the copy's ``self.log`` a no-op (engines without a ``lightning.Trainer``).
+    """
+
+    def __init__(
+        self,
+        module: L.LightningModule,
+        shards: ClientShards | DatasetShards,
+        batch_size: int,
+        callbacks: Sequence[ClientCallback] = (),
+        device: torch.device | str = "cpu",
+        onednn: bool | None = None,
+        silence_log: bool = True,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.device = torch.device(device)
+        if silence_log:
+            workspace = ModelWorkspace(module, self.device)
+            self.module, self.flat = workspace.module, workspace.flat
+        else:
+            self.module = copy.deepcopy(module).to(self.device)
+            self.flat = FlatParameters(self.module)
+        self.shards = shards
+        self.batch_size = batch_size
+        self.callbacks = list(callbacks)
+        self.onednn = onednn
+
+
+class LocalTrainer(LocalEngine):
     """Runs a client's local epochs on one reused copy of the user's module ("fast" engine).
 
     Per job: load the start weights with one copy, seed the job's randomness, build a fresh optimizer with the
@@ -80,15 +121,7 @@ class LocalTrainer:
                 f"{type(module).__name__} uses manual optimization, which the fast local trainer does not run; "
                 "use automatic optimization (training_step returns the loss)"
             )
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        workspace = ModelWorkspace(module, device)
-        self.module, self.flat = workspace.module, workspace.flat
-        self.shards = shards
-        self.batch_size = batch_size
-        self.callbacks = list(callbacks)
-        self.device = torch.device(device)
-        self.onednn = onednn
+        super().__init__(module, shards, batch_size, callbacks, device, onednn)
 
     def train(self, job: ClientJob, start_weights: Tensor, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
         """Run ``job.local_epochs`` epochs from ``start_weights`` and return the update.

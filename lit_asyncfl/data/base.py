@@ -111,6 +111,9 @@ class FederatedDataModule(L.LightningDataModule):
             raise RuntimeError(f"{type(self).__name__}.{name} is not set: call setup() first")
         return dataset
 
+    def check_model(self, model: L.LightningModule) -> None:
+        """Raise a ``ValueError`` before training when ``model`` cannot take this data (nothing to check here)."""
+
     def prepare_inputs(self, inputs: Tensor) -> Tensor:
         """Stored inputs to model inputs (deterministic; identity unless the data is stored compactly)."""
         return inputs
@@ -279,17 +282,17 @@ class PartitionedDataModule(FederatedDataModule):
             # a federated inner module's loader prepares inputs; the clients' transform does that here instead
             self.collate_fn = inner.collate_fn if isinstance(inner, FederatedDataModule) else loader.collate_fn
 
+    def check_model(self, model: L.LightningModule) -> None:
+        if isinstance(self.datamodule, FederatedDataModule):
+            self.datamodule.check_model(model)
+
     def prepare_inputs(self, inputs: Tensor) -> Tensor:
         inner = self.datamodule
         return inner.prepare_inputs(inputs) if isinstance(inner, FederatedDataModule) else inputs
 
-    def augment(self, inputs: Tensor, generator: torch.Generator) -> Tensor:
-        inner = self.datamodule
-        return inner.augment(inputs, generator) if isinstance(inner, FederatedDataModule) else inputs
-
     def client_transform(self) -> ClientTransform | None:
         inner = self.datamodule
-        return ClientTransform(inner) if isinstance(inner, FederatedDataModule) and inner.client_transform() else None
+        return inner.client_transform() if isinstance(inner, FederatedDataModule) else None
 
     def val_dataloader(self) -> Any:
         return self.datamodule.val_dataloader()

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
+import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
@@ -106,6 +107,15 @@ class IMDbDataModule(FederatedDataModule):
         self.max_length = max_length
         #: The vocabulary (token of each id) after :meth:`setup`.
         self.vocabulary: list[str] = []
+
+    def check_model(self, model: L.LightningModule) -> None:
+        """A text model's embedding must cover the vocabulary (else an IndexError deep in ``nn.Embedding``)."""
+        model_vocab = model.hparams.get("vocab_size")
+        if isinstance(model_vocab, int) and model_vocab < self.vocab_size:
+            raise ValueError(
+                f"the model's vocab_size={model_vocab} is smaller than the data's vocab_size={self.vocab_size}: "
+                "set both to the same value (--model.init_args.vocab_size and --data.init_args.vocab_size)"
+            )
 
     def expected_files(self) -> list[Path]:
         base = Path(self.root) / self.folder
