@@ -354,10 +354,18 @@ def test_compactly_stored_images_reach_every_consumer_as_model_inputs(tmp_path):
 
 
 def test_mnist_augmentation_crops_but_never_flips():
+    """Through the data modules' own augment: digits are never mirrored, CIFAR images sometimes are."""
+    from lit_asyncfl.data import MNISTDataModule
+
     x = torch.arange(2 * 1 * 5 * 5, dtype=torch.uint8).view(2, 1, 5, 5)
+    mnist = MNISTDataModule(augmentation=True, crop_padding=0)
+    cifar = CIFAR10DataModule(augmentation=True, crop_padding=0)
+    flipped = 0
     for seed in range(20):
-        out = random_crop_flip(x, padding=0, generator=torch.Generator().manual_seed(seed), flip=False)
-        assert torch.equal(out, x)  # no padding and no flip: the identity
+        assert torch.equal(mnist.augment(x, torch.Generator().manual_seed(seed)), x)  # no padding, no flip
+        out = cifar.augment(x, torch.Generator().manual_seed(seed))
+        flipped += int(torch.equal(out[0], x[0].flip(-1)))
+    assert 0 < flipped < 20
 
 
 def test_a_text_model_smaller_than_the_vocabulary_is_refused_before_training(tmp_path):
