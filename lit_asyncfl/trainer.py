@@ -331,7 +331,8 @@ class FederatedTrainer:
             self.history = []
             self._wall_offset = 0.0
             sim.start()
-            self._evaluate_and_log()
+            if not self.history:  # the scheduler may have evaluated the initial model already
+                self._evaluate_and_log()
         self._log_hyperparams()
         self._run(sim)
         self._finish(sim)
@@ -421,6 +422,8 @@ class FederatedTrainer:
             profiles=profiles,
         )
         sim.on_new_version = self._on_new_version
+        sim.evaluator = self._current_metrics
+        sim.metrics_logger = self._log_scheduler_metrics
         self.simulator = sim
         self._fingerprint_value = self._fingerprint(model, dm)
         loader = _eval_loader(dm)
@@ -464,6 +467,30 @@ class FederatedTrainer:
         assert self.simulator is not None
         if self.simulator.server.version % self.eval_every == 0:
             self._evaluate_and_log()
+
+    def _current_metrics(self) -> dict[str, Any]:
+        """The evaluation row of the current global version (evaluated and logged now if not yet)."""
+        sim = self.simulator
+        assert sim is not None
+        if not self.history or self.history[-1]["version"] != sim.server.version:
+            self._evaluate_and_log()
+        if not self.history or self.history[-1]["version"] != sim.server.version:
+            raise RuntimeError("the algorithm needs evaluations, but the data module has no validation or test data")
+        return self.history[-1]
+
+    def _log_scheduler_metrics(self, metrics: dict[str, Any]) -> None:
+        """Log a scheduler's metrics at the current version; they join that version's evaluation row, if any."""
+        sim = self.simulator
+        assert sim is not None
+        if self.history and self.history[-1]["version"] == sim.server.version:
+            self.history[-1].update(metrics)
+        row = {"virtual_time": sim.now, **metrics}
+        for lg in self.loggers:
+            if is_wandb(lg):
+                self._wandb_run(lg).log(row, step=sim.server.version)
+            else:
+                numeric = {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and v is not None}
+                lg.log_metrics(numeric, step=sim.server.version)
 
     def _evaluate_and_log(self) -> None:
         sim, flat, model = self.simulator, self._flat, self.global_model
@@ -651,6 +678,7 @@ class FederatedTrainer:
             "events": sim.events_processed,
             "stop_reason": "interrupted" if self._stop_reason == "stopped" else self._stop_reason,
             "wall_seconds": round(self._wall_seconds(), 2),
+            **sim.scheduler.summary(),
         }
 
     def _evaluate_stage(

@@ -15,7 +15,7 @@ from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.core.clock import Event, EventQueue
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
 from lit_asyncfl.devices import DeviceModel, DeviceProfiles
 from lit_asyncfl.schedulers.base import Scheduler
 
@@ -92,12 +92,18 @@ class Simulator:
         self.ready: dict[int, ClientUpdate] = {}  # updates computed at a request event, waiting for arrival
         self.waiting: dict[int, tuple[ClientJob, ClientUpdate]] = {}  # arrived, waiting for the server
         self.server_busy_until = 0.0
+        self.holding = False
         self.snapshots: dict[int, Tensor] = {}
         self._snapshot_refs: Counter[int] = Counter()
         self.next_job_id = 0
         self.events_processed = 0
         self.stalled_arrivals = 0
+        self.cancelled = 0
         self.on_new_version: Callable[[], None] | None = None
+        #: Evaluates the current global model and returns its metrics (set by the trainer; see :meth:`evaluate`).
+        self.evaluator: Callable[[], dict[str, Any]] | None = None
+        #: Receives metrics a scheduler logs (set by the trainer; see :meth:`log`).
+        self.metrics_logger: Callable[[dict[str, Any]], None] | None = None
 
     # -- time and state seen by schedulers -------------------------------------------------------------------------
     @property
@@ -123,8 +129,14 @@ class Simulator:
         """Put a scheduler event on the clock."""
         return self.queue.push(time, kind, **data)
 
-    def dispatch(self, client: int) -> ClientJob:
-        """Send the current global model to an idle client and schedule its request or arrival."""
+    def dispatch(self, client: int, timing: JobTiming | None = None) -> ClientJob:
+        """Send the current global model to an idle client and schedule its request or arrival.
+
+        Args:
+            client: An idle client.
+            timing: The job's durations when the scheduler models them itself (e.g. ASFL's per-round bandwidths
+                and shared distribution latency); ``None``: drawn from the device model.
+        """
         client = int(client)
         if self.busy[client]:
             raise RuntimeError(f"client {client} is already training")
@@ -132,7 +144,8 @@ class Simulator:
         self.next_job_id += 1
         n = int(self.num_samples[client])
         work = n * self.local_epochs
-        timing = self.device_model.job_timing(self.profiles, client, work, self.model_bytes, self.rng)
+        if timing is None:
+            timing = self.device_model.job_timing(self.profiles, client, work, self.model_bytes, self.rng)
         job = ClientJob(
             job_id=job_id,
             client=client,
@@ -162,6 +175,39 @@ class Simulator:
         else:
             self.queue.push(job.arrival_time, "arrival", job_id=job_id)
         return job
+
+    def cancel(self, job_id: int) -> ClientJob:
+        """Abandon an in-flight job (e.g. ASFL's deprecated devices): its arrival never happens, its client is idle."""
+        job = self.in_flight.pop(job_id)
+        self.queue.remove(lambda e: e.kind in ("arrival", "request") and e.data.get("job_id") == job_id)
+        self.ready.pop(job_id, None)
+        self.executor.cancel(job_id)
+        self.busy[job.client] = False
+        self._release_snapshot(job.base_version)
+        self.cancelled += 1
+        return job
+
+    def hold_arrivals(self) -> None:
+        """Let arriving updates wait, in arrival order, until :meth:`release_arrivals` (e.g. the rest of a round's
+        arrivals once its quota is met: they belong to the next round)."""
+        self.holding = True
+
+    def release_arrivals(self) -> None:
+        """Process the waiting updates right after the current event (no-op when not holding)."""
+        if self.holding:
+            self.holding = False
+            self.queue.push(self.now, "resume")
+
+    def evaluate(self) -> dict[str, Any]:
+        """Metrics of the current global model (``accuracy``, ``loss``, ...), from the trainer's evaluation."""
+        if self.evaluator is None:
+            raise RuntimeError("this simulator has no evaluator (the FederatedTrainer sets one)")
+        return self.evaluator()
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        """Log scheduler metrics (e.g. a round's latency and reward) at the current version and virtual time."""
+        if self.metrics_logger is not None:
+            self.metrics_logger(metrics)
 
     def flush(self) -> bool:
         """Aggregate what the server has buffered (synchronous round end)."""
@@ -225,6 +271,8 @@ class Simulator:
         elif event.kind == "processed":
             self._process(*self.waiting.pop(event.data["job_id"]))
             self._serve()
+        elif event.kind == "resume":
+            self._serve()
         else:
             self.scheduler.on_event(self, event)
         self.events_processed += 1
@@ -262,7 +310,7 @@ class Simulator:
         An update whose callbacks need server compute (``processing_time`` > 0) occupies the server until a
         ``processed`` event; arrivals meanwhile wait, so the new version appears only when the work is done.
         """
-        while self.waiting and self.now >= self.server_busy_until:
+        while self.waiting and not self.holding and self.now >= self.server_busy_until:
             job_id, (job, update) = next(iter(self.waiting.items()))
             cost = self.server.processing_time(update)
             if cost > 0:
@@ -274,6 +322,7 @@ class Simulator:
 
     def _process(self, job: ClientJob, update: ClientUpdate) -> None:
         version = self.server.version
+        self.scheduler.on_arrival(self, update)
         aggregated = self.server.receive(update)
         if aggregated and self.on_new_version is not None:
             self.on_new_version()
@@ -303,11 +352,13 @@ class Simulator:
             "ready": {job_id: update.state_dict() for job_id, update in self.ready.items()},
             "waiting": [update.state_dict() for _, update in self.waiting.values()],
             "server_busy_until": self.server_busy_until,
+            "holding": self.holding,
             "snapshots": dict(self.snapshots),
             "rng": self.rng.bit_generator.state,
             "next_job_id": self.next_job_id,
             "events_processed": self.events_processed,
             "stalled_arrivals": self.stalled_arrivals,
+            "cancelled": self.cancelled,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -326,11 +377,13 @@ class Simulator:
         self.next_job_id = int(state["next_job_id"])
         self.events_processed = int(state["events_processed"])
         self.stalled_arrivals = int(state["stalled_arrivals"])
+        self.cancelled = int(state.get("cancelled", 0))
         self.in_flight, self.snapshots, self._snapshot_refs = {}, {}, Counter()
         self.ready = {int(k): ClientUpdate.from_state_dict(v) for k, v in state["ready"].items()}
         waiting = [ClientUpdate.from_state_dict(u) for u in state["waiting"]]
         self.waiting = {u.job.job_id: (u.job, u) for u in waiting}
         self.server_busy_until = float(state["server_busy_until"])
+        self.holding = bool(state.get("holding", False))
         for job_state in sorted(state["in_flight"], key=lambda s: s["job_id"]):
             job = ClientJob.from_state_dict(job_state)
             self.in_flight[job.job_id] = job

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from lit_asyncfl.core.clock import Event
     from lit_asyncfl.core.simulator import Simulator
-    from lit_asyncfl.core.update import ClientJob
+    from lit_asyncfl.core.update import ClientJob, ClientUpdate
 
 
 def resolve_count(name: str, value: int | float, num_clients: int) -> int:
@@ -33,7 +33,8 @@ def resolve_count(name: str, value: int | float, num_clients: int) -> int:
 class Scheduler:
     """Base class of schedulers.
 
-    The simulator calls :meth:`on_fit_start` once, :meth:`on_update` after the server has processed each arrival,
+    The simulator calls :meth:`on_fit_start` once, :meth:`on_arrival` before and :meth:`on_update` after the server
+    processes each arrival,
     and :meth:`on_event` for the events the scheduler put on the clock itself (e.g. periodic triggers).
     """
 
@@ -43,11 +44,18 @@ class Scheduler:
     def on_fit_start(self, sim: Simulator) -> None:
         """Make the first dispatches or schedule the first trigger."""
 
+    def on_arrival(self, sim: Simulator, update: ClientUpdate) -> None:
+        """See an update as the server is about to process it (e.g. to learn a device's training loss)."""
+
     def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
         """React to a processed arrival (``aggregated``: whether a new global version was made)."""
 
     def on_event(self, sim: Simulator, event: Event) -> None:
         """Handle an event this scheduler scheduled."""
+
+    def summary(self) -> dict[str, Any]:
+        """Run-level results added to the trainer's summary (e.g. ASFL's objective)."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         """Checkpointable state."""
