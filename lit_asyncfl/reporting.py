@@ -131,7 +131,8 @@ def write_partition_csv(counts: np.ndarray, path: str | Path, slowness: np.ndarr
 
 
 def plot_partition(counts: np.ndarray, path: str | Path, title: str, max_clients: int = 100) -> None:
-    """Save a stacked bar chart of samples per class for the first ``max_clients`` clients."""
+    """Save a heat map of samples per client and class (a bar chart of sizes when there is one "class"), for the
+    first ``max_clients`` clients; readable with many classes, and one artist however many clients."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -139,15 +140,16 @@ def plot_partition(counts: np.ndarray, path: str | Path, title: str, max_clients
 
     shown = counts[:max_clients]
     fig, ax = plt.subplots(figsize=(10, 3.5))
-    bottom = np.zeros(len(shown))
-    cmap = plt.get_cmap("tab20")
-    for k in range(shown.shape[1]):
-        ax.bar(np.arange(len(shown)), shown[:, k], bottom=bottom, width=0.9, color=cmap(k % 20), linewidth=0)
-        bottom += shown[:, k]
+    if shown.shape[1] > 1:
+        image = ax.imshow(shown.T, aspect="auto", cmap="viridis", interpolation="nearest", origin="lower")
+        fig.colorbar(image, ax=ax, label="samples")
+        ax.set_ylabel("class")
+    else:
+        ax.bar(np.arange(len(shown)), shown[:, 0], width=0.9, linewidth=0)
+        ax.set_ylabel("samples")
+        ax.grid(axis="y", alpha=0.3)
     ax.set_xlabel("client" + (f" (first {max_clients} of {len(counts)})" if len(counts) > max_clients else ""))
-    ax.set_ylabel("samples" + (" (colour = class)" if shown.shape[1] > 1 else ""))
     ax.set_title(title)
-    ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
