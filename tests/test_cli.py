@@ -38,7 +38,12 @@ def test_every_config_parses_and_instantiates(config, tmp_path):
         assert f"{type(obj).__module__}.{type(obj).__name__}".endswith(spec["class_path"].split(".")[-1])
     hparams = cli.trainer.algorithm.hparams
     for key, value in raw["trainer"]["algorithm"].get("init_args", {}).items():
-        assert hparams[key] == value, key  # every hyper-parameter reached the algorithm
+        if isinstance(value, dict) and "class_path" in value:  # a component, e.g. ASFL's controller
+            assert type(hparams[key]).__name__ == value["class_path"].split(".")[-1], key
+            for name, arg in value.get("init_args", {}).items():
+                assert getattr(hparams[key], name) == arg, f"{key}.{name}"
+        else:
+            assert hparams[key] == value, key  # every hyper-parameter reached the algorithm
 
 
 def test_an_ablation_class_keeps_the_shared_hyper_parameters(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lit_asyncfl.algorithms.asfl import ASFL
 from lit_asyncfl.algorithms.base import Algorithm
 from lit_asyncfl.algorithms.dynsgd import DynSGD
 from lit_asyncfl.algorithms.fedadt import FedADT
@@ -9,8 +10,12 @@ from lit_asyncfl.algorithms.fedasmu import FedASMU, FedASMU_0, FedASMU_DA, FedAS
 from lit_asyncfl.algorithms.fedasync import FedAsync
 from lit_asyncfl.algorithms.fedavg import FedAvg
 from lit_asyncfl.algorithms.fedbuff import FedBuff
+from lit_asyncfl.algorithms.fedcs import FedCS
 from lit_asyncfl.algorithms.fedhist import FedHist, FedHist_noEGS, FedHist_noHAA, FedHist_noINA
 from lit_asyncfl.algorithms.fedprox import FedProx
+from lit_asyncfl.algorithms.oort import Oort
+from lit_asyncfl.algorithms.safa import SAFA
+from lit_asyncfl.algorithms.semi_async import SemiAsyncAlgorithm
 from lit_asyncfl.algorithms.twafl import TWAFL
 
 PRESETS: dict[str, type[Algorithm]] = {
@@ -29,6 +34,10 @@ PRESETS: dict[str, type[Algorithm]] = {
     "fedhist-noina": FedHist_noINA,
     "dynsgd": DynSGD,
     "twafl": TWAFL,
+    "asfl": ASFL,
+    "safa": SAFA,
+    "fedcs": FedCS,
+    "oort": Oort,
 }
 
 
@@ -46,7 +55,9 @@ def get_algorithm(name: str) -> Algorithm:
 
 
 __all__ = [
+    "ASFL",
     "PRESETS",
+    "SAFA",
     "TWAFL",
     "Algorithm",
     "DynSGD",
@@ -58,10 +69,13 @@ __all__ = [
     "FedAsync",
     "FedAvg",
     "FedBuff",
+    "FedCS",
     "FedHist",
     "FedHist_noEGS",
     "FedHist_noHAA",
     "FedHist_noINA",
     "FedProx",
+    "Oort",
+    "SemiAsyncAlgorithm",
     "get_algorithm",
 ]

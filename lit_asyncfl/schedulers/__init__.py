@@ -5,5 +5,26 @@ from lit_asyncfl.schedulers.k_async import KAsync
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
 from lit_asyncfl.schedulers.periodic import PeriodicTrigger
 from lit_asyncfl.schedulers.rounds import SynchronousRounds
+from lit_asyncfl.schedulers.selection import (
+    DeadlineSelection,
+    OortSelection,
+    RandomSelection,
+    Selection,
+    UtilitySelection,
+)
+from lit_asyncfl.schedulers.semi_async import SemiAsyncRounds
 
-__all__ = ["KAsync", "KeepConcurrency", "PeriodicTrigger", "Scheduler", "SynchronousRounds", "resolve_count"]
+__all__ = [
+    "DeadlineSelection",
+    "KAsync",
+    "KeepConcurrency",
+    "OortSelection",
+    "PeriodicTrigger",
+    "RandomSelection",
+    "Scheduler",
+    "Selection",
+    "SemiAsyncRounds",
+    "SynchronousRounds",
+    "UtilitySelection",
+    "resolve_count",
+]

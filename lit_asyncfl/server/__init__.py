@@ -9,6 +9,7 @@ from lit_asyncfl.server.gradient_stability import GradientStability
 from lit_asyncfl.server.history_weights import HistoryAwareWeight
 from lit_asyncfl.server.norm_amplification import NormAmplification
 from lit_asyncfl.server.staleness_bound import StalenessBound
+from lit_asyncfl.server.staleness_decay import StalenessDecay
 from lit_asyncfl.server.weights import DataSizeWeight, StalenessWeight
 
 __all__ = [
@@ -25,5 +26,6 @@ __all__ = [
     "NormAmplification",
     "ServerCallback",
     "StalenessBound",
+    "StalenessDecay",
     "StalenessWeight",
 ]

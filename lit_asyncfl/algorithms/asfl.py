@@ -1,0 +1,59 @@
+"""ASFL (Chen et al., ICPP 2023): semi-asynchronous rounds steered by a soft actor-critic."""
+
+from __future__ import annotations
+
+from lit_asyncfl.algorithms.base import hyperparameters
+from lit_asyncfl.algorithms.semi_async import SemiAsyncAlgorithm
+from lit_asyncfl.rl.controllers import RoundController, SACController
+from lit_asyncfl.schedulers.selection import UtilitySelection
+
+
+class ASFL(SemiAsyncAlgorithm):
+    r"""Adaptive semi-asynchronous FL: the ``S`` devices of largest utility :math:`n_i \sqrt{\bar\ell_i}` (unseen
+    first) get the model each round; a controller picks the number of aggregated devices ``M_k`` and the lag
+    tolerance ``tau_k``; stale models are decayed toward the global one (:math:`c^{s_i}`).
+
+    The controller is a :class:`~lit_asyncfl.rl.controllers.SACController` acting from a trained ``policy``
+    (train one with ``scripts/train_asfl.py``) or, with ``controller=FixedAction(M, tau)``, a fixed action.
+
+    Args:
+        controller: ``(M_k, tau_k)`` chooser (default: ``SACController(policy=policy)``).
+        policy: Policy file for the default controller (``None``: an untrained, randomly initialised agent).
+        selected: Devices selected per round ``S``.
+        rounds: Rounds ``K``.
+        max_latency: Latency limit :math:`T_{max}` (virtual seconds).
+        alpha_pref: Latency preference :math:`\alpha` within the limit (task II: 0.07).
+        beta_pref: Latency preference :math:`\beta` beyond it (task II: 0.09).
+        decay: Staleness decay :math:`c` (0.9).
+
+    Example:
+        >>> from lit_asyncfl.rl import FixedAction
+        >>> ASFL(controller=FixedAction(3, 2), selected=6, rounds=50).scheduler.controller.act([0.0] * 5)
+        (3, 2)
+    """
+
+    def __init__(
+        self,
+        controller: RoundController | None = None,
+        policy: str | None = None,
+        selected: int | float = 10,
+        rounds: int = 50,
+        max_latency: float = 5000.0,
+        alpha_pref: float = 0.07,
+        beta_pref: float = 0.09,
+        decay: float = 0.9,
+    ) -> None:
+        hparams = hyperparameters(locals())
+        if controller is not None and policy is not None:
+            raise ValueError("give either controller or policy (the default controller's policy file), not both")
+        super().__init__(
+            controller=controller if controller is not None else SACController(policy=policy),
+            selection=UtilitySelection(),
+            selected=selected,
+            rounds=rounds,
+            max_latency=max_latency,
+            alpha_pref=alpha_pref,
+            beta_pref=beta_pref,
+            decay=decay,
+            hparams=hparams,
+        )

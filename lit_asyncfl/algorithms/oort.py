@@ -1,0 +1,50 @@
+"""Oort (Lai et al., OSDI 2021) guided selection, as ASFL compares with it."""
+
+from __future__ import annotations
+
+from lit_asyncfl.algorithms.base import hyperparameters
+from lit_asyncfl.algorithms.semi_async import SemiAsyncAlgorithm
+from lit_asyncfl.rl.controllers import FixedAction
+from lit_asyncfl.schedulers.selection import OortSelection
+
+
+class Oort(SemiAsyncAlgorithm):
+    r"""Synchronous rounds over the ``S`` devices of largest Oort utility: statistical utility
+    :math:`n_i \sqrt{\bar\ell_i}` times :math:`(T / t_i)^{\alpha}` for devices slower than the preferred round
+    duration :math:`T` (default :math:`T_{max}/K`); unexplored devices first.
+
+    Args:
+        penalty: System penalty exponent :math:`\alpha` (2).
+        preferred_duration: :math:`T` (``None``: :math:`T_{max}/K`).
+        selected: Devices selected per round ``S``.
+        rounds: Rounds ``K``.
+        max_latency: Latency limit :math:`T_{max}`.
+        alpha_pref: Latency preference within the limit.
+        beta_pref: Latency preference beyond it.
+
+    Example:
+        >>> Oort(penalty=2.0).scheduler.selection.penalty
+        2.0
+    """
+
+    def __init__(
+        self,
+        penalty: float = 2.0,
+        preferred_duration: float | None = None,
+        selected: int | float = 10,
+        rounds: int = 50,
+        max_latency: float = 5000.0,
+        alpha_pref: float = 0.07,
+        beta_pref: float = 0.09,
+    ) -> None:
+        hparams = hyperparameters(locals())
+        super().__init__(
+            controller=FixedAction(num_picked=None, lag_tolerance=0),
+            selection=OortSelection(penalty, preferred_duration),
+            selected=selected,
+            rounds=rounds,
+            max_latency=max_latency,
+            alpha_pref=alpha_pref,
+            beta_pref=beta_pref,
+            hparams=hparams,
+        )

@@ -1,0 +1,68 @@
+"""The parts ASFL and the baselines it is compared with share: semi-asynchronous rounds on a mobile edge network,
+staleness-decayed models averaged by data size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lit_asyncfl.algorithms.base import Algorithm
+from lit_asyncfl.rl.controllers import RoundController
+from lit_asyncfl.schedulers.selection import Selection
+from lit_asyncfl.schedulers.semi_async import SemiAsyncRounds
+from lit_asyncfl.server.aggregators import ModelAverage
+from lit_asyncfl.server.staleness_decay import StalenessDecay
+from lit_asyncfl.server.weights import DataSizeWeight
+
+
+class SemiAsyncAlgorithm(Algorithm):
+    r"""Semi-asynchronous rounds (:class:`~lit_asyncfl.schedulers.SemiAsyncRounds`) aggregating
+    :math:`w^{k+1} = \sum_{i \in P_k} \frac{n_i}{n_P} \left(c^{s_i} w_i + (1 - c^{s_i}) w_G\right)`.
+
+    Presets (:class:`~lit_asyncfl.algorithms.ASFL`, ``SAFA``, ``FedCS``, ``Oort``) choose the controller, the
+    selection and whether rounds have a deadline; the arguments below are theirs too.
+
+    Args:
+        controller: Chooses ``(M_k, tau_k)`` each round.
+        selection: Chooses the ``S`` devices of a round.
+        deadline: SAFA-style rounds (wait for every device, cache late arrivals).
+        selected: Devices selected per round ``S``.
+        rounds: Rounds ``K``.
+        max_latency: Latency limit :math:`T_{max}` (virtual seconds).
+        alpha_pref: Latency preference :math:`\alpha` within the limit.
+        beta_pref: Latency preference :math:`\beta` beyond it.
+        decay: Staleness decay :math:`c`.
+        name: Display name.
+        hparams: The preset's hyper-parameters.
+    """
+
+    def __init__(
+        self,
+        controller: RoundController,
+        selection: Selection,
+        deadline: bool = False,
+        selected: int | float = 10,
+        rounds: int = 50,
+        max_latency: float = 5000.0,
+        alpha_pref: float = 0.07,
+        beta_pref: float = 0.09,
+        decay: float = 0.9,
+        name: str | None = None,
+        hparams: dict[str, Any] | None = None,
+    ) -> None:
+        scheduler = SemiAsyncRounds(
+            selected=selected,
+            rounds=rounds,
+            max_latency=max_latency,
+            alpha_pref=alpha_pref,
+            beta_pref=beta_pref,
+            controller=controller,
+            selection=selection,
+            deadline=deadline,
+        )
+        super().__init__(
+            scheduler=scheduler,
+            aggregator=ModelAverage(buffer_size=None),
+            server_callbacks=[StalenessDecay(decay), DataSizeWeight()],
+            name=name,
+            hparams=hparams,
+        )

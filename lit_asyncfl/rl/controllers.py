@@ -1,0 +1,209 @@
+"""Round controllers: who chooses ASFL's per-round action (number of picked devices ``M_k``, lag tolerance ``tau_k``).
+
+:class:`FixedAction` is a constant choice (SAFA's ``M = 5, tau = 2``; ``num_picked=None`` waits for every device, as
+synchronous FedCS and Oort do). :class:`SACController` lets a :class:`~lit_asyncfl.rl.sac.DiscreteSAC` agent choose
+from the round state, learning across episodes (``train=True``, used by ``scripts/train_asfl.py``) or acting with a
+saved policy (``policy=path``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lit_asyncfl.rl.sac import DiscreteSAC
+
+POLICY_FORMAT = "lit_asyncfl.asfl_policy.v1"
+
+#: Names of the state features, in order (ASFL Sec. 4: global loss, latency ratio, objective so far, mean deprecated
+#: devices per round, mean version variance).
+STATE_FEATURES = ("loss", "latency_ratio", "objective", "mean_deprecated", "mean_version_variance")
+
+
+class RoundController:
+    """Base class of round controllers."""
+
+    def setup(self, num_selected: int) -> None:
+        """Called once the scheduler knows ``S`` (the number of devices selected per round)."""
+
+    def on_episode_start(self) -> None:
+        """A federated run (an episode) starts."""
+
+    def act(self, state: Sequence[float]) -> tuple[int | None, int]:
+        """``(M_k, tau_k)`` for the round starting in ``state`` (``M_k = None``: every device training)."""
+        raise NotImplementedError
+
+    def feedback(self, reward: float, next_state: Sequence[float], done: bool) -> dict[str, float] | None:
+        """The reward of the last action and the state it led to; may learn (returns learning statistics)."""
+        return None
+
+
+class FixedAction(RoundController):
+    """The same ``(M, tau)`` every round.
+
+    Args:
+        num_picked: Updates aggregated per round ``M`` (``None``: every device training, i.e. synchronous rounds).
+        lag_tolerance: Largest staleness ``tau`` a device still training may have after an aggregation.
+
+    Example:
+        >>> FixedAction(num_picked=5, lag_tolerance=2).act([0.0] * 5)
+        (5, 2)
+    """
+
+    def __init__(self, num_picked: int | None = 5, lag_tolerance: int = 2) -> None:
+        if num_picked is not None and (isinstance(num_picked, bool) or num_picked < 1):
+            raise ValueError(f"num_picked must be >= 1 (or None for every training device), got {num_picked!r}")
+        if isinstance(lag_tolerance, bool) or lag_tolerance < 0:
+            raise ValueError(f"lag_tolerance must be an integer >= 0, got {lag_tolerance!r}")
+        self.num_picked = num_picked
+        self.lag_tolerance = lag_tolerance
+
+    def act(self, state: Sequence[float]) -> tuple[int | None, int]:
+        return self.num_picked, self.lag_tolerance
+
+
+class SACController(RoundController):
+    """A discrete soft actor-critic choosing ``(M_k, tau_k)`` each round (ASFL Alg. 1).
+
+    With ``train=True`` the agent samples actions, stores every transition and takes ``updates_per_round`` gradient
+    steps per round; the agent persists across runs, so one controller trained over many runs (episodes) learns a
+    policy, saved with :meth:`save`. With ``train=False`` it acts from the loaded ``policy`` (greedily by default).
+
+    Args:
+        picked_choices: The values ``M_k`` may take (``None``: ``1..S``).
+        tolerance_choices: The values ``tau_k`` may take.
+        policy: A policy file saved by :meth:`save` to start from (``None``: random initial networks).
+        train: Learn while acting (episode training) instead of only acting.
+        greedy: Take the most probable action instead of sampling (only when not training).
+        updates_per_round: Gradient steps after each round while training.
+        lr: Adam learning rate of actor, critics and temperature.
+        batch_size: Transitions per gradient step.
+        hidden: Width of the actor's two hidden layers (ASFL: 128; the critics use ``hidden, hidden // 2``).
+        target_entropy_ratio: See :class:`~lit_asyncfl.rl.sac.DiscreteSAC`.
+        seed: Seed of the agent (initial networks, action and replay sampling).
+
+    Example:
+        >>> c = SACController(picked_choices=[2, 4], tolerance_choices=[1, 2], train=True, seed=0)
+        >>> c.setup(num_selected=4)
+        >>> m, tau = c.act([0.5, 0.0, 0.0, 0.0, 0.0])
+        >>> m in (2, 4) and tau in (1, 2)
+        True
+    """
+
+    def __init__(
+        self,
+        picked_choices: Sequence[int] | None = None,
+        tolerance_choices: Sequence[int] = (1, 2, 3, 4),
+        policy: str | None = None,
+        train: bool = False,
+        greedy: bool = True,
+        updates_per_round: int = 4,
+        lr: float = 3e-4,
+        batch_size: int = 64,
+        hidden: int = 128,
+        target_entropy_ratio: float = 0.5,
+        seed: int = 0,
+    ) -> None:
+        if picked_choices is not None and (not picked_choices or min(picked_choices) < 1):
+            raise ValueError(f"picked_choices must be counts >= 1, got {picked_choices!r}")
+        if not tolerance_choices or min(tolerance_choices) < 0:
+            raise ValueError(f"tolerance_choices must be integers >= 0, got {tolerance_choices!r}")
+        if updates_per_round < 0:
+            raise ValueError(f"updates_per_round must be >= 0, got {updates_per_round}")
+        if policy is not None and not Path(policy).is_file():
+            raise ValueError(f"policy file {policy!r} does not exist (train one with scripts/train_asfl.py)")
+        self.picked_choices = None if picked_choices is None else [int(m) for m in picked_choices]
+        self.tolerance_choices = [int(t) for t in tolerance_choices]
+        self.policy = policy
+        self.train = train
+        self.greedy = greedy
+        self.updates_per_round = updates_per_round
+        self.lr = lr
+        self.batch_size = batch_size
+        self.hidden = hidden
+        self.target_entropy_ratio = target_entropy_ratio
+        self.seed = seed
+        self._agent: DiscreteSAC | None = None
+        self._last: tuple[list[float], tuple[int, ...]] | None = None
+
+    @property
+    def agent(self) -> DiscreteSAC:
+        """The soft actor-critic (built by :meth:`setup`)."""
+        if self._agent is None:
+            raise RuntimeError("SACController.setup() was not called")
+        return self._agent
+
+    def setup(self, num_selected: int) -> None:
+        if self.picked_choices is None:
+            self.picked_choices = list(range(1, num_selected + 1))
+        if self._agent is not None:  # keep learning across runs
+            return
+        self._agent = DiscreteSAC(
+            state_dim=len(STATE_FEATURES),
+            action_sizes=(len(self.picked_choices), len(self.tolerance_choices)),
+            actor_hidden=(self.hidden, self.hidden),
+            critic_hidden=(self.hidden, self.hidden // 2),
+            lr=self.lr,
+            batch_size=self.batch_size,
+            target_entropy_ratio=self.target_entropy_ratio,
+            seed=self.seed,
+        )
+        if self.policy is not None:
+            self.load(self.policy)
+        elif not self.train:
+            warnings.warn(
+                "SACController without a policy acts from an untrained agent; train one with scripts/train_asfl.py "
+                "and pass it as policy=..., or use FixedAction(num_picked, lag_tolerance)",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    def on_episode_start(self) -> None:
+        self._last = None
+
+    def act(self, state: Sequence[float]) -> tuple[int | None, int]:
+        assert self.picked_choices is not None
+        i, j = self.agent.act(state, greedy=self.greedy and not self.train)
+        self._last = ([float(x) for x in state], (i, j))
+        return self.picked_choices[i], self.tolerance_choices[j]
+
+    def feedback(self, reward: float, next_state: Sequence[float], done: bool) -> dict[str, float] | None:
+        if not self.train or self._last is None:
+            return None
+        state, action = self._last
+        self.agent.observe(state, action, reward, next_state, done)
+        stats = None
+        for _ in range(self.updates_per_round):
+            stats = self.agent.update() or stats
+        return stats
+
+    def save(self, path: str | Path) -> None:
+        """Save the policy with the choices it was trained for (and everything to continue training)."""
+        state = {
+            "format": POLICY_FORMAT,
+            "picked_choices": self.picked_choices,
+            "tolerance_choices": self.tolerance_choices,
+            "agent": self.agent.state_dict(),
+        }
+        torch.save(state, path)
+
+    def load(self, path: str | Path) -> None:
+        """Load a policy written by :meth:`save`; its action choices must be this controller's."""
+        state = torch.load(path, weights_only=True)
+        if not isinstance(state, dict) or state.get("format") != POLICY_FORMAT:
+            raise ValueError(f"{path} is not an ASFL policy file (expected format {POLICY_FORMAT})")
+        theirs = (list(state["picked_choices"]), list(state["tolerance_choices"]))
+        if theirs != (self.picked_choices, self.tolerance_choices):
+            raise ValueError(
+                f"policy {path} chooses M from {theirs[0]} and tau from {theirs[1]}; this controller from "
+                f"{self.picked_choices} and {self.tolerance_choices}"
+            )
+        self.agent.load_state_dict(state["agent"])
+
+    def state_dict(self) -> dict[str, Any]:
+        """The agent's state (networks, optimizers, random streams)."""
+        return self.agent.state_dict()

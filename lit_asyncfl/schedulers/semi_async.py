@@ -1,0 +1,332 @@
+"""Semi-asynchronous rounds over a mobile edge network (ASFL, Chen et al. ICPP 2023; also SAFA, FedCS, Oort).
+
+Round ``k`` (1..K) starts when round ``k-1`` ends:
+
+1. a :class:`~lit_asyncfl.rl.controllers.RoundController` chooses ``(M_k, tau_k)`` from the round state;
+2. devices move; the selection picks ``S`` idle devices; they and the devices deprecated at the end of the last
+   round receive the global model, all copies done after :math:`T_{dist}^k = (S + m_{syn}^k) G / b_s`; each then
+   trains (:math:`T^{cmp}_i`) and uploads (:math:`\\Gamma / b_i^k`);
+3. the server waits for the first ``M_k`` arrivals among all devices training (new and asynchronous; an
+   asynchronous device that finished before :math:`T_{dist}^k` counts as arriving at :math:`T_{dist}^k`, Eq. 3), and
+   aggregates them (the algorithm's server callbacks: staleness decay, data-size weights);
+4. devices still training whose staleness then exceeds ``tau_k`` are deprecated: their work is dropped and they
+   restart from the current model next round (counted in :math:`m_{syn}^{k+1}`);
+5. the new model is evaluated; the round's latency :math:`T^k = T_{dist}^k + r_{max}^k` and reward
+   :math:`acc^k (T_{lim}^k / T^k)^\\vartheta` go to the controller and the loggers.
+
+After round ``K`` the run ends (in-flight work is dropped) and the summary reports the objective
+:math:`acc^K (T_{max} / \\sum_k T^k)^\\theta`. With ``deadline=True`` (SAFA) a round instead lasts until every device
+could have reported (:math:`T_{dist}^k + \\max_i (T^{cmp}_i + T^U_i)`); the first ``M_k`` arrivals are aggregated
+and the later ones are cached and aggregated with the next round's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lit_asyncfl.core.update import JobTiming
+from lit_asyncfl.functional.asfl import (
+    deprecated_devices,
+    distribution_latency,
+    latency_objective,
+    round_latency_limit,
+    round_reward,
+    upload_latency,
+)
+from lit_asyncfl.mobility import MobileEdgeDevices
+from lit_asyncfl.rl.controllers import STATE_FEATURES, FixedAction, RoundController
+from lit_asyncfl.schedulers.base import Scheduler, resolve_count
+from lit_asyncfl.schedulers.selection import Selection, UtilitySelection
+
+if TYPE_CHECKING:
+    from lit_asyncfl.core.clock import Event
+    from lit_asyncfl.core.simulator import Simulator
+    from lit_asyncfl.core.update import ClientJob, ClientUpdate
+
+
+class SemiAsyncRounds(Scheduler):
+    r"""ASFL's semi-asynchronous rounds (see the module docstring for one round's steps).
+
+    Needs a :class:`~lit_asyncfl.mobility.MobileEdgeDevices` device model and an aggregator that buffers until the
+    round ends (``ModelAverage(buffer_size=None)``); evaluates the global model after every round.
+
+    Args:
+        selected: Devices selected per round ``S`` (count, or fraction of the devices).
+        rounds: Number of rounds ``K``; the run ends after the ``K``-th aggregation.
+        max_latency: Latency limit :math:`T_{max}` of the whole run (virtual seconds).
+        alpha_pref: Latency preference :math:`\alpha` within the limit.
+        beta_pref: Latency preference :math:`\beta` beyond the limit.
+        controller: Chooses ``(M_k, tau_k)`` each round (default: ``FixedAction(5, 2)``).
+        selection: Chooses the ``S`` devices (default: :class:`~lit_asyncfl.schedulers.selection.UtilitySelection`).
+        deadline: SAFA's rounds: last until every device could have reported, cache late arrivals.
+
+    Example:
+        >>> s = SemiAsyncRounds(selected=10, rounds=50, max_latency=5000.0)
+        >>> s.setup(100)
+        >>> s.count, s.limit
+        (10, 100.0)
+    """
+
+    def __init__(
+        self,
+        selected: int | float = 10,
+        rounds: int = 50,
+        max_latency: float = 5000.0,
+        alpha_pref: float = 0.07,
+        beta_pref: float = 0.09,
+        controller: RoundController | None = None,
+        selection: Selection | None = None,
+        deadline: bool = False,
+    ) -> None:
+        resolve_count("selected", selected, num_clients=2**62)
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+        if not max_latency > 0:
+            raise ValueError(f"max_latency must be > 0 (virtual seconds), got {max_latency}")
+        if alpha_pref < 0 or beta_pref < 0:
+            raise ValueError(f"alpha_pref and beta_pref must be >= 0, got {alpha_pref}, {beta_pref}")
+        self.selected = selected
+        self.rounds = rounds
+        self.max_latency = max_latency
+        self.alpha_pref = alpha_pref
+        self.beta_pref = beta_pref
+        self.controller = controller if controller is not None else FixedAction(5, 2)
+        self.selection = selection if selection is not None else UtilitySelection()
+        self.deadline = deadline
+        self.count = 0
+        self._reset()
+
+    @property
+    def limit(self) -> float:
+        """The average round latency limit :math:`T_{max} / K`."""
+        return self.max_latency / self.rounds
+
+    def setup(self, num_clients: int) -> None:
+        self.count = resolve_count("selected", self.selected, num_clients)
+        self.controller.setup(self.count)
+
+    # -- per-run state ----------------------------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self.round = 0
+        self.round_start = 0.0
+        self.open_time = 0.0
+        self.dist_latency = 0.0
+        self.action: tuple[int, int] = (0, 0)  # (M_k in effect, tau_k)
+        self.state: list[float] = []  # the state the action was chosen in
+        self.requested = 0  # M_k as the controller chose it (0: every device training)
+        self.arrivals = 0
+        self.closing = False
+        self.finished = False
+        self.picked_versions: list[int] = []
+        self.deprecated: list[int] = []
+        self.spent = 0.0
+        self.deprecated_total = 0
+        self.variance_total = 0.0
+        self.accuracy = 0.0
+        self.objective: float | None = None
+        self.total_reward = 0.0
+        self.positions = np.zeros((0, 2))
+        self.rng = np.random.default_rng(0)
+
+    def on_fit_start(self, sim: Simulator) -> None:
+        if not isinstance(sim.device_model, MobileEdgeDevices):
+            raise ValueError(
+                f"SemiAsyncRounds needs device_model=MobileEdgeDevices(...), got {type(sim.device_model).__name__}"
+            )
+        self._reset()
+        self.rng = np.random.default_rng([sim.seed, 0xA5F1])
+        self.positions = sim.device_model.initial_positions(sim.num_clients, self.rng)
+        self.selection.on_fit_start(sim.num_clients)
+        self.controller.on_episode_start()
+        self._start_round(sim, self._state(sim))
+
+    # -- the round --------------------------------------------------------------------------------------------------
+    def _state(self, sim: Simulator) -> list[float]:
+        """The state :math:`s^k` at the start of round ``k = self.round + 1`` (evaluates the current model)."""
+        metrics = sim.evaluate()
+        self.accuracy = float(metrics["accuracy"])
+        done = self.round  # rounds finished
+        objective = (
+            self.accuracy
+            if done == 0
+            else latency_objective(self.accuracy, self.spent, self.max_latency, self.alpha_pref, self.beta_pref)
+        )
+        return [
+            float(metrics["loss"]),
+            self.spent / self.max_latency,
+            objective,
+            self.deprecated_total / done if done else 0.0,
+            self.variance_total / done if done else 0.0,
+        ]
+
+    def _latencies(self, sim: Simulator, bandwidth: np.ndarray, size: float) -> np.ndarray:
+        """Each device's computation + upload latency this round (:math:`T^{cmp}_i + T^U_i`)."""
+        compute = sim.profiles.time_per_sample * sim.num_samples * sim.local_epochs
+        return compute + np.array([upload_latency(size, float(b)) for b in bandwidth])
+
+    def _start_round(self, sim: Simulator, state: list[float]) -> None:
+        self.round += 1
+        self.round_start = sim.now
+        self.state = state
+        picked, tau = self.controller.act(state)
+        net = sim.device_model
+        assert isinstance(net, MobileEdgeDevices)
+        if self.round > 1:
+            self.positions = net.move(self.positions, self.rng)
+        bandwidth = net.bandwidths(self.positions)
+        size = net.size_of(sim.model_bytes)
+        latency = self._latencies(sim, bandwidth, size)
+        syn, self.deprecated = self.deprecated, []
+        idle = np.flatnonzero(~sim.busy)
+        candidates = np.setdiff1d(idle, np.asarray(syn, dtype=np.int64))
+        expected = latency + distribution_latency(self.count + len(syn), 0, size, net.server_bandwidth)
+        chosen = self.selection.select(candidates, self.count, expected, self.limit, self.rng)
+        self.dist_latency = distribution_latency(len(chosen), len(syn), size, net.server_bandwidth)
+        self.open_time = sim.now + self.dist_latency
+        compute = sim.profiles.time_per_sample * sim.num_samples * sim.local_epochs
+        for client in sorted([*syn, *(int(c) for c in chosen)]):
+            upload = upload_latency(size, float(bandwidth[client]))
+            sim.dispatch(client, timing=JobTiming(self.dist_latency, float(compute[client]), upload))
+        self.arrivals, self.closing, self.picked_versions = 0, False, []
+        waiting = 0 if self.deadline else len(sim.waiting)  # held early arrivals count in ASFL, are cache in SAFA
+        training = sim.num_training + waiting
+        self.action = (training if picked is None else min(picked, training), tau)
+        self.requested = 0 if picked is None else picked
+        if self.deadline:  # every device could have reported (the selected ones exactly: their own arrival times)
+            arrivals = [job.arrival_time for job in sim.in_flight.values() if job.dispatch_time == sim.now]
+            end = max(self.open_time + float(latency.max()), *arrivals)
+            sim.schedule(end, "round_end", round=self.round)
+        elif self.action[0] == 0:  # nobody to wait for
+            sim.schedule(self.open_time, "round_end", round=self.round)
+        sim.release_arrivals()  # the held arrivals of the last round are this round's
+
+    def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
+        if self.finished:
+            return
+        cached = self.deadline and job.arrival_time <= self.round_start  # SAFA: arrived during the last round
+        if not cached:
+            self.arrivals += 1
+            self.picked_versions.append(job.base_version)
+        if self.closing or cached or self.arrivals < self.action[0]:
+            return
+        self.closing = True
+        if not self.deadline and sim.now >= self.open_time:
+            self._end_round(sim)
+            return
+        # the quota is met before the round can end (SAFA's deadline, or ASFL's distribution still going on):
+        # later arrivals wait for the next round
+        sim.hold_arrivals()
+        if not self.deadline:
+            sim.schedule(self.open_time, "round_end", round=self.round)
+
+    def on_event(self, sim: Simulator, event: Event) -> None:
+        if event.kind == "round_end" and event.data.get("round") == self.round and not self.finished:
+            self._end_round(sim)
+
+    def on_arrival(self, sim: Simulator, update: ClientUpdate) -> None:
+        self.selection.observe(update.client, update.num_samples, update.train_loss)
+
+    def _end_round(self, sim: Simulator) -> None:
+        latency = sim.now - self.round_start
+        picked, tau = self.action
+        sim.flush()
+        variance = float(np.var(self.picked_versions)) if self.picked_versions else 0.0
+        version = sim.server.version
+        jobs = {job.client: job.job_id for job in sim.in_flight.values()}
+        versions = {job.client: job.base_version for job in sim.in_flight.values()}
+        self.deprecated = deprecated_devices(version, versions, tau)
+        for client in self.deprecated:
+            sim.cancel(jobs[client])
+        limit = round_latency_limit(self.max_latency, self.spent, self.rounds, self.round)
+        self.spent += latency
+        self.deprecated_total += len(self.deprecated)
+        self.variance_total += variance
+        metrics = sim.evaluate()
+        accuracy = float(metrics["accuracy"])
+        reward = round_reward(accuracy, max(latency, 1e-12), limit, self.alpha_pref, self.beta_pref)
+        self.total_reward += reward
+        done = self.round == self.rounds
+        if done:
+            self.objective = latency_objective(accuracy, self.spent, self.max_latency, self.alpha_pref, self.beta_pref)
+        record: dict[str, Any] = {
+            "round": self.round,
+            "round_latency": latency,
+            "round_limit": limit,
+            "round_reward": reward,
+            "distribution_latency": self.dist_latency,
+            "num_picked": picked,
+            "requested_picked": self.requested,
+            "lag_tolerance": tau,
+            "deprecated": len(self.deprecated),
+            "version_variance": variance,
+            "total_latency": self.spent,
+            **{f"state/{name}": value for name, value in zip(STATE_FEATURES, self.state)},
+        }
+        if done:
+            record["objective"] = self.objective
+        next_state = self._state(sim)
+        stats = self.controller.feedback(reward, next_state, done)
+        if stats:
+            record.update({f"sac/{k}": v for k, v in stats.items()})
+        sim.log(record)
+        if done:
+            self.finished = True
+            for job_id in sorted(sim.in_flight):
+                sim.cancel(job_id)
+            sim.release_arrivals()
+            return
+        self._start_round(sim, next_state)
+
+    def summary(self) -> dict[str, Any]:
+        """Run-level results: the objective, total latency, rounds done and the sum of rewards."""
+        return {
+            "objective": self.objective,
+            "total_latency": self.spent,
+            "rounds": self.round if self.finished else self.round - 1,
+            "episode_return": self.total_reward,
+            "deprecated_total": self.deprecated_total,
+        }
+
+    # -- checkpoints ------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "round_start": self.round_start,
+            "open_time": self.open_time,
+            "dist_latency": self.dist_latency,
+            "action": list(self.action),
+            "arrivals": self.arrivals,
+            "requested": self.requested,
+            "closing": self.closing,
+            "finished": self.finished,
+            "picked_versions": list(self.picked_versions),
+            "state": list(self.state),
+            "deprecated": list(self.deprecated),
+            "spent": self.spent,
+            "deprecated_total": self.deprecated_total,
+            "variance_total": self.variance_total,
+            "accuracy": self.accuracy,
+            "objective": self.objective,
+            "total_reward": self.total_reward,
+            "positions": self.positions.tolist(),
+            "rng": self.rng.bit_generator.state,
+            "selection": self.selection.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in ("round", "arrivals", "deprecated_total", "requested"):
+            setattr(self, key, int(state[key]))
+        for key in ("round_start", "open_time", "dist_latency", "spent", "variance_total", "accuracy", "total_reward"):
+            setattr(self, key, float(state[key]))
+        self.action = (int(state["action"][0]), int(state["action"][1]))
+        self.closing, self.finished = bool(state["closing"]), bool(state["finished"])
+        self.picked_versions = [int(v) for v in state["picked_versions"]]
+        self.state = [float(x) for x in state["state"]]
+        self.deprecated = [int(c) for c in state["deprecated"]]
+        self.objective = state["objective"]
+        self.positions = np.asarray(state["positions"], dtype=np.float64)
+        self.rng = np.random.default_rng()
+        self.rng.bit_generator.state = state["rng"]
+        self.selection.load_state_dict(state["selection"])

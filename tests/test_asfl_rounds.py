@@ -1,0 +1,189 @@
+"""ASFL's semi-asynchronous rounds on the simulator: timelines, deprecation, aggregation and rewards by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lit_asyncfl.core.server import Server
+from lit_asyncfl.core.simulator import Simulator
+from lit_asyncfl.core.update import ClientUpdate
+from lit_asyncfl.devices import DeviceProfiles
+from lit_asyncfl.mobility import MobileEdgeDevices
+from lit_asyncfl.rl import FixedAction
+from lit_asyncfl.schedulers import DeadlineSelection, OortSelection, SemiAsyncRounds, UtilitySelection
+from lit_asyncfl.schedulers.selection import RandomSelection
+from lit_asyncfl.server import DataSizeWeight, ModelAverage, StalenessDecay
+
+
+class ShiftExecutor:
+    """Client ``c`` returns its start model plus ``c + 1`` (so every aggregate can be computed by hand)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, tuple] = {}
+        self.cancelled: list[int] = []
+
+    def submit(self, job, start):
+        self.pending[job.job_id] = (job, start)
+
+    def cancel(self, job_id):
+        self.pending.pop(job_id, None)
+        self.cancelled.append(job_id)
+
+    def result(self, job_id, fresh=None):
+        job, start = self.pending.pop(job_id)
+        return ClientUpdate(job, start + (job.client + 1), start, 10, 1, train_loss=float(job.client + 1))
+
+
+def make_sim(compute, scheduler, server_bandwidth=100.0, accuracy=0.5):
+    """Devices with 10 samples, E = 1, the given compute seconds, upload 2 s (model size 1, bandwidth 0.5)."""
+    n = len(compute)
+    net = MobileEdgeDevices(server_bandwidth=server_bandwidth, min_bandwidth=0.5, max_bandwidth=0.5, model_size=1.0)
+    profiles = DeviceProfiles(time_per_sample=np.asarray(compute, dtype=float) / 10, bandwidth=np.full(n, 5e5))
+    server = Server(torch.zeros(1, dtype=torch.float64), ModelAverage(None), [StalenessDecay(0.9), DataSizeWeight()], n)
+    scheduler.setup(n)
+    sim = Simulator(server, scheduler, ShiftExecutor(), net, [10] * n, 1, 10, seed=0, model_bytes=8, profiles=profiles)
+    logged: list[dict] = []
+    sim.evaluator = lambda: {"accuracy": accuracy, "loss": 1.0}
+    sim.metrics_logger = logged.append
+    return sim, logged
+
+
+def test_a_timeline_by_hand_deprecates_exactly_the_devices_beyond_tau_and_charges_their_resend():
+    scheduler = SemiAsyncRounds(
+        selected=4, rounds=3, max_latency=30.0, alpha_pref=0.1, beta_pref=0.5,
+        controller=FixedAction(num_picked=1, lag_tolerance=1), selection=RandomSelection(),
+    )  # fmt: skip
+    sim, logged = make_sim([10.0, 20.0, 100.0, 300.0], scheduler)
+    sim.start()
+    assert sim.run() == "queue_empty"
+    # round 1: all four get the model after 4 copies / 100 = 0.04 s; device 0 arrives first at 0.04 + 10 + 2
+    # round 2 (from 12.04): device 0 again (0.01 s); device 1 (started round 1) arrives at 22.04 and ends it;
+    #   devices 2 and 3 are then 2 versions behind > tau = 1: deprecated; device 0 (1 behind) keeps training
+    # round 3 (from 22.04): device 1 selected + 2 and 3 re-sent: 3 copies, 0.03 s; device 0 arrives at 24.05
+    assert [r["deprecated"] for r in logged] == [0, 2, 0]
+    assert [r["distribution_latency"] for r in logged] == pytest.approx([0.04, 0.01, 0.03])
+    assert [r["round_latency"] for r in logged] == pytest.approx([12.04, 10.0, 2.01])
+    assert sim.cancelled == 2 + 3  # the two deprecated jobs, then the three still training after round K
+    # the picked models, decayed by 0.9^staleness toward the global one: 1; 0.9*(0+2) + 0.1*1; 0.9*(1+1) + 0.1*1.9
+    assert sim.server.weights.item() == pytest.approx(0.9 * 2 + 0.1 * 1.9)
+    limits = [30.0 / 3, (30.0 - 12.04) / 2, 30.0 - 22.04]
+    assert [r["round_limit"] for r in logged] == pytest.approx(limits)
+    rewards = [0.5 * (limits[0] / 12.04) ** 0.5, 0.5 * (limits[1] / 10.0) ** 0.5, 0.5 * (limits[2] / 2.01) ** 0.1]
+    assert [r["round_reward"] for r in logged] == pytest.approx(rewards)
+    assert scheduler.summary()["objective"] == pytest.approx(0.5 * (30.0 / 24.05) ** 0.1)
+    assert logged[-1]["objective"] == pytest.approx(0.5 * (30.0 / 24.05) ** 0.1)
+    assert scheduler.summary()["rounds"] == 3
+
+
+def test_arrivals_before_the_distribution_ends_count_at_its_end_and_extra_ones_wait_for_the_next_round():
+    # a slow server: each copy takes 5 s, so both rounds spend 10 s sending 2 copies
+    scheduler = SemiAsyncRounds(
+        selected=2, rounds=2, max_latency=100.0,
+        controller=FixedAction(num_picked=1, lag_tolerance=5), selection=RandomSelection(),
+    )  # fmt: skip
+    sim, logged = make_sim([1.0, 2.0, 3.0, 4.0], scheduler, server_bandwidth=0.2)
+    sim.start()
+    first = sorted(j.client for j in sim.in_flight.values())
+    assert len(first) == 2
+    sim.run()
+    # round 1 ends at the first arrival (10 + compute + 2); round 2 starts then and sends 2 copies (10 s), so the
+    # other round-1 device, arriving within those 10 s, is picked at their end: round 2 lasts exactly 10 s
+    assert logged[0]["round_latency"] == pytest.approx(10.0 + 2.0 + min(first) + 1.0)
+    assert logged[1]["round_latency"] == pytest.approx(10.0)
+
+
+def test_safa_rounds_last_until_the_deadline_and_cache_late_arrivals_for_the_next_round():
+    scheduler = SemiAsyncRounds(
+        selected=3, rounds=2, max_latency=1000.0,
+        controller=FixedAction(num_picked=1, lag_tolerance=2), selection=RandomSelection(), deadline=True,
+    )  # fmt: skip
+    sim, logged = make_sim([10.0, 20.0, 40.0], scheduler)
+    sim.start()
+    sim.run()
+    # round 1: 3 copies (0.03 s), deadline = 0.03 + max(compute + 2) = 42.03; device 0 is picked (w = 1),
+    # devices 1 and 2 are cached; round 2: the cached ones (staleness 1, decayed toward w = 1) and the first arrival
+    # of the 3 devices re-selected (device 0 again: from w = 1 to 2) are averaged by data size (equal here)
+    assert [r["round_latency"] for r in logged] == pytest.approx([42.03, 42.03])
+    cached = [0.9 * 2 + 0.1 * 1, 0.9 * 3 + 0.1 * 1]
+    assert sim.server.weights.item() == pytest.approx((cached[0] + cached[1] + 2.0) / 3)
+
+
+def test_synchronous_presets_wait_for_every_selected_device():
+    scheduler = SemiAsyncRounds(
+        selected=2, rounds=2, max_latency=100.0,
+        controller=FixedAction(num_picked=None, lag_tolerance=0), selection=DeadlineSelection(),
+    )  # fmt: skip
+    sim, logged = make_sim([1.0, 2.0, 30.0, 80.0], scheduler)
+    sim.start()
+    sim.run()
+    # limit T_max / K = 50: device 3 (0.02 + 80 + 2) never fits; round latencies are the slowest selected device's
+    assert all(r["deprecated"] == 0 for r in logged)
+    assert [r["num_picked"] for r in logged] == [2, 2]
+    assert max(r["round_latency"] for r in logged) < 50.0
+
+
+def test_utility_selection_explores_then_prefers_large_losses_and_oort_penalises_slow_devices():
+    sel = UtilitySelection()
+    sel.on_fit_start(5)
+    rng = np.random.default_rng(0)
+    assert sorted(sel.select(np.arange(5), 3, np.zeros(5), 1.0, rng).tolist()) == sorted(
+        sel.select(np.arange(5), 3, np.zeros(5), 1.0, np.random.default_rng(0)).tolist()
+    )
+    for client, (n, loss) in enumerate([(10, 1.0), (10, 9.0), (40, 1.0), (20, 4.0)]):
+        sel.observe(client, n, loss)  # utilities 10, 30, 40, 40; client 4 unseen
+    assert sel.select(np.arange(5), 3, np.zeros(5), 1.0, rng).tolist() == [2, 3, 4]
+    assert sel.select(np.array([0, 1, 3]), 2, np.zeros(5), 1.0, rng).tolist() == [1, 3]
+    oort = OortSelection(penalty=2.0)
+    oort.on_fit_start(2)
+    oort.observe(0, 10, 4.0)  # utility 20
+    oort.observe(1, 10, 1.0)  # utility 10
+    latency = np.array([40.0, 5.0])  # device 0 is 4x slower than the preferred 10 s: 20 / 16 < 10
+    assert oort.select(np.arange(2), 1, latency, 10.0, rng).tolist() == [1]
+    plain = UtilitySelection()  # without the penalty, device 0's larger utility wins
+    plain.on_fit_start(2)
+    plain.observe(0, 10, 4.0)
+    plain.observe(1, 10, 1.0)
+    assert plain.select(np.arange(2), 1, latency, 10.0, rng).tolist() == [0]
+
+
+def test_mobile_devices_stay_in_the_area_move_at_most_speed_and_get_bandwidth_by_distance():
+    net = MobileEdgeDevices(num_stations=9, area=900.0, speed=50.0)
+    assert net.stations.shape == (9, 2) and net.coverage == pytest.approx(150 * math.sqrt(2))
+    rng = np.random.default_rng(0)
+    pos = net.initial_positions(500, rng)
+    for _ in range(20):
+        moved = net.move(pos, rng)
+        assert np.all((moved >= 0) & (moved <= 900.0))
+        assert np.all(np.linalg.norm(moved - pos, axis=1) <= 50.0 + 1e-9)  # a reflection only shortens the move
+        pos = moved
+    b = net.bandwidths(np.array([[150.0, 150.0], [150.0 + 100.0, 150.0], [300.0, 300.0]]))
+    d0 = net.coverage * 0.125 / 0.3
+    assert b.tolist() == pytest.approx([0.3, 0.3 * d0 / 100.0, 0.125])
+
+
+def test_the_scheduler_refuses_a_device_model_without_mobility():
+    from lit_asyncfl.devices import ExponentialCapability
+
+    scheduler = SemiAsyncRounds(selected=2, rounds=2)
+    sim, _ = make_sim([1.0, 2.0, 3.0], scheduler)
+    sim.device_model = ExponentialCapability()
+    with pytest.raises(ValueError, match="MobileEdgeDevices"):
+        sim.start()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"rounds": 0}, "rounds"),
+        ({"max_latency": 0.0}, "max_latency"),
+        ({"selected": 0}, "selected"),
+        ({"alpha_pref": -1.0}, "alpha_pref"),
+    ],
+)
+def test_bad_scheduler_arguments_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SemiAsyncRounds(**kwargs)
