@@ -27,7 +27,9 @@ import yaml
 #: Keys of the run summary a sweep may optimise (see ``FederatedTrainer.summary``). ``time_to_target`` is left
 #: out on purpose: it is None for runs that never reach the target, which W&B's optimiser imputes with the best
 #: value seen (0 before any run reached it), ranking failed runs first.
-SUMMARY_METRICS = {"final_accuracy": "maximize", "best_accuracy": "maximize"}
+SUMMARY_METRICS = {"final_accuracy": "maximize", "best_accuracy": "maximize", "objective": "maximize"}
+#: Summary metrics that only some schedulers report (in ``Scheduler.summary()``): ASFL-style rounds.
+SCHEDULER_METRICS = {"objective"}
 METHODS = ("grid", "random", "bayes")
 
 
@@ -145,9 +147,10 @@ def cli_arguments(command: list[str]) -> list[str]:
     raise SweepError(f"the command does not run lit-asyncfl: {' '.join(command)}")
 
 
-def parse_with_cli(arguments: list[str]) -> dict[str, Any]:
+def parse_with_cli(arguments: list[str]) -> tuple[dict[str, Any], set[str]]:
     """Parse CLI arguments and build the trainer, model and data module (no training) in this process; return the
-    parsed config or raise :class:`SweepError` with the CLI's message."""
+    parsed config and the summary keys the run's scheduler adds, or raise :class:`SweepError` with the CLI's
+    message."""
     from lit_asyncfl.cli import FederatedCLI
 
     if arguments and arguments[0] in ("fit", "validate", "test"):
@@ -170,7 +173,7 @@ def parse_with_cli(arguments: list[str]) -> dict[str, Any]:
         ) from None
     except (ValueError, TypeError) as problem:
         raise SweepError(f"the CLI parses it but construction fails: {problem}") from None
-    return cli.config.as_dict()
+    return cli.config.as_dict(), set(cli.trainer.algorithm.scheduler.summary())
 
 
 def lookup(config: dict[str, Any], dotted: str) -> Any:
@@ -210,7 +213,9 @@ def check_sweep(path: Path, samples: int = 2, seed: int = 0, show: bool = False)
         command = render_command(sweep, params)
         if show:
             print("   ", " ".join(command))
-        config = parse_with_cli(cli_arguments(command))
+        config, extra_metrics = parse_with_cli(cli_arguments(command))
+        if metric["name"] in SCHEDULER_METRICS and metric["name"] not in extra_metrics:
+            raise SweepError(f"metric {metric['name']!r} is only reported by ASFL-style runs (SemiAsyncRounds)")
         for key, value in params.items():
             try:
                 parsed = lookup(config, key)

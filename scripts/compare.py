@@ -138,6 +138,9 @@ def aggregate(results: dict[str, list[dict]], baseline: str | None) -> list[dict
                 "versions_to_target": versions,
                 "reached": len(times),
                 "target": summaries[0]["target_accuracy"] if summaries else None,
+                # ASFL-style runs (SemiAsyncRounds) also report the latency-accuracy objective
+                "objective": [s["objective"] for s in summaries if s.get("objective") is not None],
+                "total_latency": [s["total_latency"] for s in summaries if s.get("total_latency") is not None],
             }
         )
     base = next((r for r in rows if r["method"] == baseline), None)
@@ -177,6 +180,25 @@ def markdown(rows: list[dict[str, Any]], plan: dict[str, Any]) -> str:
             f"{mean_std(r['time_to_target'], 0)} | {mean_std(r['versions_to_target'], 0)} | "
             f"{r['reached']}/{r['seeds']} | {speedup} |"
         )
+    if any(r["objective"] for r in rows):
+        base = next((r for r in rows if r["method"] == plan["baseline"] and r["objective"]), None)
+        lines += [
+            "",
+            "Latency-accuracy objective acc_K (T_max / total latency)^theta and total latency (ASFL); change = the "
+            "method's mean objective against the baseline's.",
+            "",
+            "| method | objective | total latency (virtual s) | final accuracy | change vs "
+            f"{plan['baseline'] or '-'} |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for r in rows:
+            change = "/"
+            if base is not None and r["objective"]:
+                change = f"{statistics.mean(r['objective']) / statistics.mean(base['objective']) - 1:+.1%}"
+            lines.append(
+                f"| {r['method']} | {mean_std(r['objective'])} | {mean_std(r['total_latency'], 0)} | "
+                f"{mean_std(r['final_accuracy'])} | {change} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -189,7 +211,8 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
         writer.writerow(
             ["method", "seeds", "final_accuracy_mean", "final_accuracy_std", "best_accuracy_mean",
              "best_accuracy_std", "time_to_target_mean", "time_to_target_std", "versions_to_target_mean",
-             "reached", "target", "speedup"]
+             "reached", "target", "speedup", "objective_mean", "objective_std", "total_latency_mean",
+             "total_latency_std"]
         )  # fmt: skip
         for r in rows:
             writer.writerow(
@@ -197,7 +220,9 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
                  stat(r["final_accuracy"], statistics.stdev), stat(r["best_accuracy"], statistics.mean),
                  stat(r["best_accuracy"], statistics.stdev), stat(r["time_to_target"], statistics.mean),
                  stat(r["time_to_target"], statistics.stdev), stat(r["versions_to_target"], statistics.mean),
-                 r["reached"], r["target"], "" if r["speedup"] is None else r["speedup"]]
+                 r["reached"], r["target"], "" if r["speedup"] is None else r["speedup"],
+                 stat(r["objective"], statistics.mean), stat(r["objective"], statistics.stdev),
+                 stat(r["total_latency"], statistics.mean), stat(r["total_latency"], statistics.stdev)]
             )  # fmt: skip
 
 

@@ -68,7 +68,10 @@ def test_sweep_metrics_are_keys_of_the_run_summary(tmp_path):
 
     trainer = make_trainer(tmp_path, FedAsync(concurrency=2), num_clients=4, max_versions=1)
     trainer.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule())
-    assert set(check_sweep.SUMMARY_METRICS) <= set(trainer.summary)
+    assert set(check_sweep.SUMMARY_METRICS) - check_sweep.SCHEDULER_METRICS <= set(trainer.summary)
+    from lit_asyncfl.schedulers import SemiAsyncRounds
+
+    assert check_sweep.SCHEDULER_METRICS <= set(SemiAsyncRounds().summary())  # ASFL-style runs report these
     for path in SWEEPS:
         assert yaml.safe_load(path.read_text())["metric"]["name"] in check_sweep.SUMMARY_METRICS
 
@@ -188,8 +191,29 @@ def test_every_comparison_spec_parses_for_every_method(path, monkeypatch):
     spec = yaml.safe_load(path.read_text())
     assert spec["substitute"] and spec["baseline"] in spec["methods"]
     for method, arguments in spec["methods"].items():
-        config = check_sweep.parse_with_cli(["--config", spec["base"], *arguments])
+        config, _ = check_sweep.parse_with_cli(["--config", spec["base"], *arguments])
         chosen = [a.split("=", 1)[1] for a in arguments if a.startswith("--trainer.algorithm=")]
         base = yaml.safe_load((ROOT / spec["base"]).read_text())["trainer"]["algorithm"]["class_path"]
         expected = f"lit_asyncfl.algorithms.{chosen[0]}" if chosen else base
         assert config["trainer"]["algorithm"]["class_path"] == expected, method
+
+
+def test_compare_reports_the_asfl_objective_against_the_baseline(tmp_path):
+    compare = load_script("compare")
+
+    def run(method, objective, latency):
+        return {"method": method, "summary": {"time_to_target": None, "versions_to_target": None,
+                "final_accuracy": 0.9, "best_accuracy": 0.9, "target_accuracy": 0.8, "objective": objective,
+                "total_latency": latency}}  # fmt: skip
+
+    rows = compare.aggregate(
+        {"SAFA": [run("SAFA", 0.5, 9000.0), run("SAFA", 0.7, 11000.0)], "ASFL": [run("ASFL", 0.9, 1000.0)] * 2},
+        baseline="SAFA",
+    )
+    plan = {"title": "", "substitute": "", "seeds": [0, 1], "baseline": "SAFA"}
+    text = compare.markdown(rows, plan)
+    assert "| ASFL | 0.9000 ± 0.0000 | 1,000 ± 0 | 0.9000 ± 0.0000 | +50.0% |" in text  # 0.9 / 0.6 - 1
+    assert "| SAFA | 0.6000 ± 0.1414 | 10,000 ± 1,414 |" in text
+    compare.write_csv(rows, tmp_path / "c.csv")
+    header, *_ = (tmp_path / "c.csv").read_text().splitlines()
+    assert header.endswith("objective_mean,objective_std,total_latency_mean,total_latency_std")
