@@ -187,3 +187,41 @@ def test_the_scheduler_refuses_a_device_model_without_mobility():
 def test_bad_scheduler_arguments_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SemiAsyncRounds(**kwargs)
+
+
+class RecordingAction(FixedAction):
+    """A fixed action that records what it is fed back."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fed: list[tuple[float, list[float], bool]] = []
+
+    def feedback(self, reward, next_state, done):
+        self.fed.append((reward, list(next_state), done))
+
+
+@pytest.mark.parametrize("reward", ["round", "objective_gain"])
+def test_the_controller_learns_from_the_chosen_reward_and_the_next_state(reward):
+    controller = RecordingAction(num_picked=1, lag_tolerance=1)
+    scheduler = SemiAsyncRounds(
+        selected=4, rounds=3, max_latency=30.0, alpha_pref=0.1, beta_pref=0.5, controller=controller,
+        selection=RandomSelection(), reward=reward,
+    )  # fmt: skip
+    sim, logged = make_sim([10.0, 20.0, 100.0, 300.0], scheduler)  # the timeline of the first test
+    sim.start()
+    sim.run()
+    spent = [12.04, 22.04, 24.05]
+    objective_so_far = [0.5] + [0.5 * (30.0 / t) ** 0.1 for t in spent]  # O^1 = acc (nothing spent yet)
+    states = [f[1] for f in controller.fed]
+    assert [s[1] for s in states] == pytest.approx([t / 30.0 for t in spent])  # latency ratio
+    assert [s[2] for s in states] == pytest.approx(objective_so_far[1:])
+    assert [s[3] for s in states] == pytest.approx([0 / 1, 2 / 2, 2 / 3])  # mean deprecated per round
+    assert [f[2] for f in controller.fed] == [False, False, True]
+    if reward == "round":
+        assert [f[0] for f in controller.fed] == pytest.approx([r["round_reward"] for r in logged])
+    else:
+        gains = np.diff(objective_so_far)
+        assert [f[0] for f in controller.fed] == pytest.approx(gains.tolist())
+        assert sum(f[0] for f in controller.fed) == pytest.approx(scheduler.summary()["objective"] - 0.5)
+    with pytest.raises(ValueError, match="unknown reward"):
+        SemiAsyncRounds(reward="accuracy")

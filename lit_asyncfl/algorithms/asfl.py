@@ -25,6 +25,8 @@ class ASFL(SemiAsyncAlgorithm):
         alpha_pref: Latency preference :math:`\alpha` within the limit (task II: 0.07).
         beta_pref: Latency preference :math:`\beta` beyond it (task II: 0.09).
         decay: Staleness decay :math:`c` (0.9).
+        reward: What a training controller learns from: ``"round"`` (the paper's Eq. 8) or ``"objective_gain"``
+            (the per-round change of the objective, summing to the run's objective).
 
     Example:
         >>> from lit_asyncfl.rl import FixedAction
@@ -42,6 +44,7 @@ class ASFL(SemiAsyncAlgorithm):
         alpha_pref: float = 0.07,
         beta_pref: float = 0.09,
         decay: float = 0.9,
+        reward: str = "round",
     ) -> None:
         hparams = hyperparameters(locals())
         if controller is not None and policy is not None:
@@ -55,5 +58,6 @@ class ASFL(SemiAsyncAlgorithm):
             alpha_pref=alpha_pref,
             beta_pref=beta_pref,
             decay=decay,
+            reward=reward,
             hparams=hparams,
         )

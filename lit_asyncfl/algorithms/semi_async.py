@@ -31,6 +31,8 @@ class SemiAsyncAlgorithm(Algorithm):
         alpha_pref: Latency preference :math:`\alpha` within the limit.
         beta_pref: Latency preference :math:`\beta` beyond it.
         decay: Staleness decay :math:`c`.
+        reward: What a learning controller learns from (``"round"`` or ``"objective_gain"``, see
+            :class:`~lit_asyncfl.schedulers.SemiAsyncRounds`).
         name: Display name.
         hparams: The preset's hyper-parameters.
     """
@@ -46,6 +48,7 @@ class SemiAsyncAlgorithm(Algorithm):
         alpha_pref: float = 0.07,
         beta_pref: float = 0.09,
         decay: float = 0.9,
+        reward: str = "round",
         name: str | None = None,
         hparams: dict[str, Any] | None = None,
     ) -> None:
@@ -58,6 +61,7 @@ class SemiAsyncAlgorithm(Algorithm):
             controller=controller,
             selection=selection,
             deadline=deadline,
+            reward=reward,
         )
         super().__init__(
             scheduler=scheduler,

@@ -46,6 +46,10 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
 
 
+#: What a controller may learn from (see ``SemiAsyncRounds(reward=...)``).
+REWARDS = ("round", "objective_gain")
+
+
 class SemiAsyncRounds(Scheduler):
     r"""ASFL's semi-asynchronous rounds (see the module docstring for one round's steps).
 
@@ -61,6 +65,10 @@ class SemiAsyncRounds(Scheduler):
         controller: Chooses ``(M_k, tau_k)`` each round (default: ``FixedAction(5, 2)``).
         selection: Chooses the ``S`` devices (default: :class:`~lit_asyncfl.schedulers.selection.UtilitySelection`).
         deadline: SAFA's rounds: last until every device could have reported, cache late arrivals.
+        reward: What the controller learns from: ``"round"``, the paper's per-round reward
+            :math:`acc^k (T_{lim}^k / T^k)^\vartheta` (Eq. 8), or ``"objective_gain"``, the change of the objective so
+            far :math:`O^{k+1} - O^k` (the state's third feature), whose sum over a run is the run's objective minus
+            the initial accuracy — the per-round reward favours fast rounds more than the run objective does.
 
     Example:
         >>> s = SemiAsyncRounds(selected=10, rounds=50, max_latency=5000.0)
@@ -79,8 +87,11 @@ class SemiAsyncRounds(Scheduler):
         controller: RoundController | None = None,
         selection: Selection | None = None,
         deadline: bool = False,
+        reward: str = "round",
     ) -> None:
         resolve_count("selected", selected, num_clients=2**62)
+        if reward not in REWARDS:
+            raise ValueError(f"unknown reward {reward!r}; allowed: {list(REWARDS)}")
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
             raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
         if not max_latency > 0:
@@ -95,6 +106,7 @@ class SemiAsyncRounds(Scheduler):
         self.controller = controller if controller is not None else FixedAction(5, 2)
         self.selection = selection if selection is not None else UtilitySelection()
         self.deadline = deadline
+        self.reward = reward
         self.count = 0
         self._reset()
 
@@ -267,7 +279,8 @@ class SemiAsyncRounds(Scheduler):
         if done:
             record["objective"] = self.objective
         next_state = self._state(sim)
-        stats = self.controller.feedback(reward, next_state, done)
+        learnt = reward if self.reward == "round" else next_state[2] - self.state[2]
+        stats = self.controller.feedback(learnt, next_state, done)
         if stats:
             record.update({f"sac/{k}": v for k, v in stats.items()})
         sim.log(record)
