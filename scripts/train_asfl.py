@@ -5,13 +5,16 @@ Every episode builds the run of ``--config`` (an ASFL config, e.g. ``configs/asf
 the seeds you evaluate on outside this range) and lets one shared :class:`~lit_asyncfl.rl.SACController` choose
 ``(M_k, tau_k)`` every round, store the transitions and learn. Writes into ``--out``:
 
-- ``policy.pt``: the policy (saved every ``--save-every`` episodes and at the end; load it with
+- ``config.yaml``: a copy of ``--config`` taken at the start, which every episode reads (so editing the original
+  during training changes nothing);
+- ``policy.pt``: the policy (saved after every ``--save-every`` episodes and at the end; load it with
   ``--trainer.algorithm.init_args.controller=SACController --trainer.algorithm.init_args.controller.policy=...``);
 - ``episodes.csv``: per episode the objective, return (sum of rewards), final accuracy, total latency, mean
   ``M_k`` and ``tau_k``, deprecated devices and wall seconds;
 - ``learning_curve.png``: objective and return against the episode.
 
-``--resume`` continues from ``policy.pt`` and ``episodes.csv`` (the replay buffer starts empty again).
+``--resume`` continues from ``policy.pt``, ``episodes.csv`` and ``config.yaml`` (the replay buffer starts empty
+again; episodes after the last saved policy are dropped from ``episodes.csv`` and run again).
 
     python scripts/train_asfl.py --config configs/asfl/digits_cnn.yaml --episodes 150 --out runs/asfl_policy
 """
@@ -48,6 +51,7 @@ def build_run(config: str, settings: list[str], seed: int, root: str) -> Any:
     argv = [
         "--config",
         config,
+        "--trainer.algorithm.init_args.controller=FixedAction",  # replaced by the shared controller; loads nothing
         *settings,
         f"--trainer.seed={seed}",
         "--trainer.enable_progress_bar=false",
@@ -65,6 +69,16 @@ def read_episodes(path: Path) -> list[dict[str, Any]]:
         return []
     with open(path, newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+def write_episodes(rows: list[dict[str, Any]], path: Path) -> None:
+    """Rewrite ``episodes.csv`` (atomically: an interruption leaves the previous version)."""
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
 
 
 def plot_learning_curve(rows: list[dict[str, Any]], path: Path, window: int = 10) -> None:
@@ -106,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=128, help="actor width (critics: hidden, hidden/2)")
     parser.add_argument("--target-entropy-ratio", type=float, default=0.5, help="target entropy / log |A|")
     parser.add_argument("--agent-seed", type=int, default=0, help="seed of the agent")
-    parser.add_argument("--save-every", type=int, default=10, help="save the policy every this many episodes")
+    parser.add_argument("--save-every", type=int, default=1, help="save the policy every this many episodes")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--resume", action="store_true", help="continue from --out's policy.pt and episodes.csv")
     args = parser.parse_args(argv)
@@ -125,12 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    policy_path, episodes_path = out / "policy.pt", out / "episodes.csv"
+    policy_path, episodes_path, config = out / "policy.pt", out / "episodes.csv", out / "config.yaml"
     rows = read_episodes(episodes_path) if args.resume else []
     if args.resume and not policy_path.exists():
         parser.error(f"--resume: {policy_path} does not exist")
     if not args.resume and (policy_path.exists() or episodes_path.exists()):
         parser.error(f"{out} already holds a training run; pass --resume to continue it or choose another --out")
+    if not (args.resume and config.exists()):
+        config.write_text(Path(args.config).read_text())
+    saved = torch.load(policy_path, weights_only=True).get("episodes") if args.resume else 0
+    saved = len(rows) if saved is None else saved
+    if len(rows) > saved:  # episodes run after the last save: the policy has not learnt from them
+        rows = rows[:saved]
+        write_episodes(rows, episodes_path)
     settings = [s if s.startswith("--") else f"--{s}" for s in args.set]
     controller = SACController(
         picked_choices=args.picked,
@@ -149,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as root:
         for episode in bar:
             seed = args.first_seed + episode
-            cli = build_run(args.config, settings, seed, root)
+            cli = build_run(str(config), settings, seed, root)
             scheduler = cli.trainer.algorithm.scheduler
             if not isinstance(scheduler, SemiAsyncRounds):
                 parser.error(f"{args.config} is not an ASFL run (its scheduler is {type(scheduler).__name__})")
@@ -172,16 +193,12 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_seconds": round(time.perf_counter() - began, 2),
             }
             rows.append(row)
-            with open(episodes_path, "a" if episode > 0 else "w", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-                if episode == 0:
-                    writer.writeheader()
-                writer.writerow(row)
+            write_episodes(rows, episodes_path)
             recent = [float(r["objective"]) for r in rows[-10:] if r["objective"] not in (None, "", "None")]
             bar.set_postfix(objective=f"{row['objective']:.3f}", last10=f"{np.mean(recent):.3f}", M=row["mean_picked"])
             if (episode + 1) % args.save_every == 0:
-                controller.save(policy_path)
-    controller.save(policy_path)
+                controller.save(policy_path, episodes=len(rows))
+    controller.save(policy_path, episodes=len(rows))
     plot_learning_curve(rows, out / "learning_curve.png")
     print(f"policy saved to {policy_path}; {len(rows)} episodes in {episodes_path}")
     return 0

@@ -119,6 +119,8 @@ def test_episode_training_saves_a_policy_that_inference_follows_greedily(tmp_pat
         rows = list(csv.DictReader(fh))
     assert [int(r["episode"]) for r in rows] == [0, 1, 2] and [int(r["seed"]) for r in rows] == [1000, 1001, 1002]
     assert (out / "learning_curve.png").stat().st_size > 0
+    assert (out / "config.yaml").read_text() == (ROOT / "configs/asfl/diabetes_regression.yaml").read_text()
+    assert torch.load(out / "policy.pt", weights_only=True)["episodes"] == 3
     with pytest.raises(SystemExit):  # refuses to overwrite a training run without --resume
         train.main([*common, "--episodes", "1", *short])
 
@@ -136,9 +138,9 @@ def test_episode_training_saves_a_policy_that_inference_follows_greedily(tmp_pat
         cli = FederatedCLI(args=args, run=False)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     controller = cli.trainer.algorithm.scheduler.controller
-    reference = SACController(picked_choices=list(range(1, 7)), tolerance_choices=[1, 2, 3, 4])
+    policy = str(out / "policy.pt")
+    reference = SACController(picked_choices=list(range(1, 7)), tolerance_choices=[1, 2, 3, 4], policy=policy)
     reference.setup(6)
-    reference.load(out / "policy.pt")
     rows = rounds_of(cli.trainer)
     assert len(rows) == 50 and controller is not reference
     for r in rows:

@@ -181,15 +181,20 @@ class SACController(RoundController):
             stats = self.agent.update() or stats
         return stats
 
-    def save(self, path: str | Path) -> None:
-        """Save the policy with the choices it was trained for (and everything to continue training)."""
+    def save(self, path: str | Path, episodes: int | None = None) -> None:
+        """Save the policy with the choices it was trained for (and everything to continue training), and how many
+        episodes it was trained for, if given. Written atomically."""
         state = {
             "format": POLICY_FORMAT,
+            "episodes": episodes,
             "picked_choices": self.picked_choices,
             "tolerance_choices": self.tolerance_choices,
             "agent": self.agent.state_dict(),
         }
-        torch.save(state, path)
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(state, tmp)
+        tmp.replace(path)
 
     def load(self, path: str | Path) -> None:
         """Load a policy written by :meth:`save`; its action choices must be this controller's."""
