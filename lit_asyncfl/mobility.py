@@ -66,12 +66,12 @@ class MobileEdgeDevices(ExponentialCapability):
         if isinstance(num_stations, bool) or not isinstance(num_stations, int) or num_stations < 1:
             raise ValueError(f"num_stations must be an integer >= 1, got {num_stations!r}")
         for name, value in (("area", area), ("server_bandwidth", server_bandwidth), ("min_bandwidth", min_bandwidth)):
-            if not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
+            if not 0 < value < math.inf:
+                raise ValueError(f"{name} must be finite and > 0, got {value}")
         if not max_bandwidth >= min_bandwidth:
             raise ValueError(f"max_bandwidth must be >= min_bandwidth, got {max_bandwidth} < {min_bandwidth}")
-        if speed < 0:
-            raise ValueError(f"speed must be >= 0, got {speed}")
+        if not 0 <= speed < math.inf:
+            raise ValueError(f"speed must be finite and >= 0, got {speed}")
         if coverage is not None and not coverage > 0:
             raise ValueError(f"coverage must be > 0 (or None for half a cell's diagonal), got {coverage}")
         if model_size is not None and not model_size > 0:

@@ -105,9 +105,10 @@ def test_safa_rounds_last_until_the_deadline_and_cache_late_arrivals_for_the_nex
     sim.start()
     sim.run()
     # round 1: 3 copies (0.03 s), deadline = 0.03 + max(compute + 2) = 42.03; device 0 is picked (w = 1),
-    # devices 1 and 2 are cached; round 2: the cached ones (staleness 1, decayed toward w = 1) and the first arrival
-    # of the 3 devices re-selected (device 0 again: from w = 1 to 2) are averaged by data size (equal here)
-    assert [r["round_latency"] for r in logged] == pytest.approx([42.03, 42.03])
+    # devices 1 and 2 are cached; round 2: only device 0 is sent the model (the cached ones are not selected again:
+    # 0.01 s, deadline 42.01); the cached ones (staleness 1, decayed toward w = 1) and device 0's new model (from
+    # w = 1 to 2) are averaged by data size (equal here)
+    assert [r["round_latency"] for r in logged] == pytest.approx([42.03, 42.01])
     cached = [0.9 * 2 + 0.1 * 1, 0.9 * 3 + 0.1 * 1]
     assert sim.server.weights.item() == pytest.approx((cached[0] + cached[1] + 2.0) / 3)
 
@@ -225,3 +226,50 @@ def test_the_controller_learns_from_the_chosen_reward_and_the_next_state(reward)
         assert sum(f[0] for f in controller.fed) == pytest.approx(scheduler.summary()["objective"] - 0.5)
     with pytest.raises(ValueError, match="unknown reward"):
         SemiAsyncRounds(reward="accuracy")
+
+
+def test_safa_runs_many_rounds_without_being_taken_for_stalled():
+    # every round ends by its deadline event and aggregates cached updates processed before it: the flush is progress
+    scheduler = SemiAsyncRounds(
+        selected=3, rounds=40, max_latency=1000.0,
+        controller=FixedAction(num_picked=1, lag_tolerance=2), selection=RandomSelection(), deadline=True,
+    )  # fmt: skip
+    sim, logged = make_sim([10.0, 20.0, 40.0], scheduler)
+    sim.start()
+    assert sim.run(max_stalled_arrivals=5) == "queue_empty"
+    assert len(logged) == 40 and scheduler.summary()["objective"] is not None
+
+
+def test_held_updates_are_subject_to_the_lag_tolerance_and_their_devices_are_not_selected_again():
+    # a slow server (5 s per copy) makes updates arrive while a round's model is still being sent: they are held
+    # for the next round. With tau = 1 whatever is still pending when a round ends (training or held) more than one
+    # version behind is dropped and re-sent, so the server never aggregates a staleness above 1.
+    scheduler = SemiAsyncRounds(
+        selected=3, rounds=10, max_latency=1000.0,
+        controller=FixedAction(num_picked=1, lag_tolerance=1), selection=RandomSelection(),
+    )  # fmt: skip
+    sim, logged = make_sim([1.0, 2.0, 3.0, 4.0, 40.0], scheduler, server_bandwidth=0.2)
+    staleness: list[int] = []
+    held_dropped: list[int] = []
+    receive, dispatch, cancel = sim.server.receive, sim.dispatch, sim.cancel
+
+    def spy_receive(update):
+        aggregated = receive(update)
+        staleness.append(update.staleness)
+        return aggregated
+
+    def spy_dispatch(client, timing=None):
+        assert client not in {u.client for _, u in sim.waiting.values()}  # never re-sent while its update waits
+        return dispatch(client, timing)
+
+    def spy_cancel(job_id):
+        if job_id in sim.waiting:
+            held_dropped.append(job_id)
+        return cancel(job_id)
+
+    sim.server.receive, sim.dispatch, sim.cancel = spy_receive, spy_dispatch, spy_cancel
+    sim.start()
+    sim.run()
+    assert len(logged) == 10
+    assert held_dropped  # the scenario does hold updates past a round's end
+    assert staleness and max(staleness) == 1

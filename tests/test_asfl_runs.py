@@ -59,6 +59,43 @@ def test_resume_from_a_midway_checkpoint_equals_the_uninterrupted_run(tmp_path):
     assert resumed.summary["objective"] == full.summary["objective"]
 
 
+def test_resume_is_exact_with_a_sampling_policy_and_with_safa(tmp_path):
+    policy = tmp_path / "policy.pt"
+    fresh = SACController(train=True, seed=5)
+    fresh.setup(SETTING["selected"])
+    fresh.save(policy)
+
+    def sampling():
+        return ASFL(controller=SACController(policy=str(policy), greedy=False, seed=1), **SETTING)
+
+    for name, make in (("sac", sampling), ("safa", lambda: SAFA(**SETTING))):
+        full = fit(tmp_path / name / "full", make())
+        ends = [r["total_latency"] for r in rounds_of(full)]  # virtual time at each round's end
+        first = fit(tmp_path / name / "first", make(), max_virtual_time=0.5 * (ends[2] + ends[3]) + 0.0123)
+        assert first.simulator.server.version == 3  # stopped inside round 4
+        ckpt = next((tmp_path / name / "first").rglob("last.ckpt"))
+        resumed = fit(tmp_path / name / "resumed", make(), ckpt_path=str(ckpt))
+        assert torch.equal(global_weights(resumed), global_weights(full)), name
+        assert rounds_of(resumed)[-1] == rounds_of(full)[-1], name
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: FixedAction(1.5, 1), "num_picked"),
+        (lambda: FixedAction(3, None), "lag_tolerance"),
+        (lambda: SACController(batch_size=0), "batch_size"),
+        (lambda: SACController(picked_choices=[2.7]), "picked_choices"),
+        (lambda: ASFL(alpha_pref=float("nan")), "alpha_pref"),
+        (lambda: MobileEdgeDevices(speed=float("nan")), "speed"),
+        (lambda: ASFL(controller=FixedAction(), policy="p.pt"), "either controller or policy"),
+    ],
+)
+def test_bad_asfl_arguments_are_named(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
 @pytest.mark.parametrize("preset", [ASFL, SAFA, FedCS, Oort], ids=lambda p: p.__name__)
 def test_every_preset_reports_the_objective_of_its_final_accuracy_and_total_latency(tmp_path, preset):
     kwargs = {"controller": FixedAction(3, 2)} if preset is ASFL else {}
@@ -123,6 +160,13 @@ def test_episode_training_saves_a_policy_that_inference_follows_greedily(tmp_pat
     assert torch.load(out / "policy.pt", weights_only=True)["episodes"] == 3
     with pytest.raises(SystemExit):  # refuses to overwrite a training run without --resume
         train.main([*common, "--episodes", "1", *short])
+    cut = ["--set", "trainer.algorithm.init_args.rounds=4", "trainer.max_versions=3"]
+    with pytest.raises(SystemExit):  # a budget that ends episodes early is refused before training
+        train.main(["--config", "configs/asfl/diabetes_regression.yaml", "--out", str(tmp_path / "cut"), *cut])
+    assert not (tmp_path / "cut" / "episodes.csv").exists()
+    stop = ["--set", "trainer.algorithm.init_args.rounds=4", "trainer.max_virtual_time=1e-9"]
+    with pytest.raises(SystemExit, match="episode 0 stopped after 0 of 4 rounds"):
+        train.main(["--config", "configs/asfl/diabetes_regression.yaml", "--out", str(tmp_path / "stop"), *stop])
 
     from lit_asyncfl.cli import FederatedCLI
 

@@ -177,7 +177,12 @@ class Simulator:
         return job
 
     def cancel(self, job_id: int) -> ClientJob:
-        """Abandon an in-flight job (e.g. ASFL's deprecated devices): its arrival never happens, its client is idle."""
+        """Abandon a job (e.g. ASFL's deprecated devices): in flight, its arrival never happens and its client is
+        idle; arrived but waiting for the server (held), its update is dropped."""
+        if job_id in self.waiting:
+            job, _ = self.waiting.pop(job_id)
+            self.cancelled += 1
+            return job
         job = self.in_flight.pop(job_id)
         self.queue.remove(lambda e: e.kind in ("arrival", "request") and e.data.get("job_id") == job_id)
         self.ready.pop(job_id, None)
@@ -212,8 +217,10 @@ class Simulator:
     def flush(self) -> bool:
         """Aggregate what the server has buffered (synchronous round end)."""
         aggregated = self.server.flush()
-        if aggregated and self.on_new_version is not None:
-            self.on_new_version()
+        if aggregated:
+            self.stalled_arrivals = 0  # progress, even when the arrivals were processed before this flush
+            if self.on_new_version is not None:
+                self.on_new_version()
         return aggregated
 
     # -- the loop -------------------------------------------------------------------------------------------------

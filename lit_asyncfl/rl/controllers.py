@@ -41,6 +41,17 @@ class RoundController:
         """The reward of the last action and the state it led to; may learn (returns learning statistics)."""
         return None
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a run's checkpoint must hold to resume this controller exactly."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state produced by :meth:`state_dict`."""
+
+
+def _is_count(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
 
 class FixedAction(RoundController):
     """The same ``(M, tau)`` every round.
@@ -55,9 +66,9 @@ class FixedAction(RoundController):
     """
 
     def __init__(self, num_picked: int | None = 5, lag_tolerance: int = 2) -> None:
-        if num_picked is not None and (isinstance(num_picked, bool) or num_picked < 1):
-            raise ValueError(f"num_picked must be >= 1 (or None for every training device), got {num_picked!r}")
-        if isinstance(lag_tolerance, bool) or lag_tolerance < 0:
+        if num_picked is not None and not _is_count(num_picked, 1):
+            raise ValueError(f"num_picked must be an integer >= 1 (or None for every device), got {num_picked!r}")
+        if not _is_count(lag_tolerance, 0):
             raise ValueError(f"lag_tolerance must be an integer >= 0, got {lag_tolerance!r}")
         self.num_picked = num_picked
         self.lag_tolerance = lag_tolerance
@@ -108,12 +119,16 @@ class SACController(RoundController):
         target_entropy_ratio: float = 0.5,
         seed: int = 0,
     ) -> None:
-        if picked_choices is not None and (not picked_choices or min(picked_choices) < 1):
-            raise ValueError(f"picked_choices must be counts >= 1, got {picked_choices!r}")
-        if not tolerance_choices or min(tolerance_choices) < 0:
+        if picked_choices is not None and (not picked_choices or not all(_is_count(m, 1) for m in picked_choices)):
+            raise ValueError(f"picked_choices must be integers >= 1, got {picked_choices!r}")
+        if not tolerance_choices or not all(_is_count(t, 0) for t in tolerance_choices):
             raise ValueError(f"tolerance_choices must be integers >= 0, got {tolerance_choices!r}")
-        if updates_per_round < 0:
-            raise ValueError(f"updates_per_round must be >= 0, got {updates_per_round}")
+        if not _is_count(updates_per_round, 0):
+            raise ValueError(f"updates_per_round must be an integer >= 0, got {updates_per_round!r}")
+        if not _is_count(batch_size, 1) or not _is_count(hidden, 2):
+            raise ValueError(f"need batch_size >= 1 and hidden >= 2 (integers), got {batch_size!r}, {hidden!r}")
+        if not lr > 0:
+            raise ValueError(f"lr must be > 0, got {lr}")
         if policy is not None and not Path(policy).is_file():
             raise ValueError(f"policy file {policy!r} does not exist (train one with scripts/train_asfl.py)")
         self.picked_choices = None if picked_choices is None else [int(m) for m in picked_choices]
@@ -210,5 +225,17 @@ class SACController(RoundController):
         self.agent.load_state_dict(state["agent"])
 
     def state_dict(self) -> dict[str, Any]:
-        """The agent's state (networks, optimizers, random streams)."""
-        return self.agent.state_dict()
+        """For a run's checkpoint: the pending transition and, when acting is random or learning, the agent's state
+        (networks, optimizers, random streams; not the replay buffer). Greedy inference needs neither."""
+        if not self.train and self.greedy:
+            return {}
+        last = None if self._last is None else {"state": self._last[0], "action": list(self._last[1])}
+        return {"agent": self.agent.state_dict(), "last": last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "agent" in state:
+            self.agent.load_state_dict(state["agent"])
+        last = state.get("last")
+        self._last = (
+            None if last is None else ([float(x) for x in last["state"]], tuple(int(a) for a in last["action"]))
+        )

@@ -94,9 +94,9 @@ class SemiAsyncRounds(Scheduler):
             raise ValueError(f"unknown reward {reward!r}; allowed: {list(REWARDS)}")
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
             raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
-        if not max_latency > 0:
+        if not 0 < max_latency < float("inf"):
             raise ValueError(f"max_latency must be > 0 (virtual seconds), got {max_latency}")
-        if alpha_pref < 0 or beta_pref < 0:
+        if not (alpha_pref >= 0 and beta_pref >= 0):  # also refuses NaN
             raise ValueError(f"alpha_pref and beta_pref must be >= 0, got {alpha_pref}, {beta_pref}")
         self.selected = selected
         self.rounds = rounds
@@ -192,7 +192,8 @@ class SemiAsyncRounds(Scheduler):
         latency = self._latencies(sim, bandwidth, size)
         syn, self.deprecated = self.deprecated, []
         idle = np.flatnonzero(~sim.busy)
-        candidates = np.setdiff1d(idle, np.asarray(syn, dtype=np.int64))
+        held = [update.client for _, update in sim.waiting.values()]  # arrived, counted in the coming round
+        candidates = np.setdiff1d(idle, np.asarray([*syn, *held], dtype=np.int64))
         expected = latency + distribution_latency(self.count + len(syn), 0, size, net.server_bandwidth)
         chosen = self.selection.select(candidates, self.count, expected, self.limit, self.rng)
         self.dist_latency = distribution_latency(len(chosen), len(syn), size, net.server_bandwidth)
@@ -246,9 +247,11 @@ class SemiAsyncRounds(Scheduler):
         sim.flush()
         variance = float(np.var(self.picked_versions)) if self.picked_versions else 0.0
         version = sim.server.version
-        jobs = {job.client: job.job_id for job in sim.in_flight.values()}
-        versions = {job.client: job.base_version for job in sim.in_flight.values()}
-        self.deprecated = deprecated_devices(version, versions, tau)
+        # devices still training, and updates held for the next round (ASFL's early arrivals, SAFA's cache): too
+        # stale ones are dropped and their devices re-sent the model
+        pending = [*sim.in_flight.values(), *(job for job, _ in sim.waiting.values())]
+        jobs = {job.client: job.job_id for job in pending}
+        self.deprecated = deprecated_devices(version, {job.client: job.base_version for job in pending}, tau)
         for client in self.deprecated:
             sim.cancel(jobs[client])
         limit = round_latency_limit(self.max_latency, self.spent, self.rounds, self.round)
@@ -257,7 +260,9 @@ class SemiAsyncRounds(Scheduler):
         self.variance_total += variance
         metrics = sim.evaluate()
         accuracy = float(metrics["accuracy"])
-        reward = round_reward(accuracy, max(latency, 1e-12), limit, self.alpha_pref, self.beta_pref)
+        # a round that took no time (its quota met by held arrivals, nobody to send to) counts as a thousandth of
+        # its limit, so the ratio stays finite
+        reward = round_reward(accuracy, max(latency, 1e-3 * limit), limit, self.alpha_pref, self.beta_pref)
         self.total_reward += reward
         done = self.round == self.rounds
         if done:
@@ -326,6 +331,7 @@ class SemiAsyncRounds(Scheduler):
             "positions": self.positions.tolist(),
             "rng": self.rng.bit_generator.state,
             "selection": self.selection.state_dict(),
+            "controller": self.controller.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -343,3 +349,4 @@ class SemiAsyncRounds(Scheduler):
         self.rng = np.random.default_rng()
         self.rng.bit_generator.state = state["rng"]
         self.selection.load_state_dict(state["selection"])
+        self.controller.load_state_dict(state.get("controller", {}))
