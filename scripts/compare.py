@@ -139,8 +139,9 @@ def aggregate(results: dict[str, list[dict]], baseline: str | None) -> list[dict
                 "reached": len(times),
                 "target": summaries[0]["target_accuracy"] if summaries else None,
                 # ASFL-style runs (SemiAsyncRounds) also report the latency-accuracy objective
+                # (only from runs that completed their rounds: a cut-short run's latency would flatter it)
                 "objective": [s["objective"] for s in summaries if s.get("objective") is not None],
-                "total_latency": [s["total_latency"] for s in summaries if s.get("total_latency") is not None],
+                "total_latency": [s["total_latency"] for s in summaries if s.get("objective") is not None],
             }
         )
     base = next((r for r in rows if r["method"] == baseline), None)
@@ -195,8 +196,9 @@ def markdown(rows: list[dict[str, Any]], plan: dict[str, Any]) -> str:
             change = "/"
             if base is not None and r["objective"]:
                 change = f"{statistics.mean(r['objective']) / statistics.mean(base['objective']) - 1:+.1%}"
+            finished = "" if len(r["objective"]) == r["seeds"] else f" ({len(r['objective'])}/{r['seeds']} finished)"
             lines.append(
-                f"| {r['method']} | {mean_std(r['objective'])} | {mean_std(r['total_latency'], 0)} | "
+                f"| {r['method']} | {mean_std(r['objective'])}{finished} | {mean_std(r['total_latency'], 0)} | "
                 f"{mean_std(r['final_accuracy'])} | {change} |"
             )
     return "\n".join(lines) + "\n"

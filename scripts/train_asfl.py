@@ -134,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm.auto import tqdm
 
     from lit_asyncfl.rl import SACController
-    from lit_asyncfl.schedulers import SemiAsyncRounds
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -167,41 +166,73 @@ def main(argv: list[str] | None = None) -> int:
     )
     start = len(rows)
     bar = tqdm(range(start, start + args.episodes), desc="ASFL episodes", unit="episode", dynamic_ncols=True)
-    with tempfile.TemporaryDirectory() as root:
-        for episode in bar:
-            seed = args.first_seed + episode
-            cli = build_run(str(config), settings, seed, root)
-            scheduler = cli.trainer.algorithm.scheduler
-            if not isinstance(scheduler, SemiAsyncRounds):
-                parser.error(f"{args.config} is not an ASFL run (its scheduler is {type(scheduler).__name__})")
-            scheduler.controller = controller
-            controller.setup(scheduler.count)
-            began = time.perf_counter()
-            cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-            summary = cli.trainer.summary
-            rounds = [r for r in cli.trainer.history if "round" in r]
-            row = {
-                "episode": episode,
-                "seed": seed,
-                "objective": summary["objective"],
-                "episode_return": summary["episode_return"],
-                "final_accuracy": summary["final_accuracy"],
-                "total_latency": summary["total_latency"],
-                "mean_picked": float(np.mean([r["num_picked"] for r in rounds])) if rounds else None,
-                "mean_tolerance": float(np.mean([r["lag_tolerance"] for r in rounds])) if rounds else None,
-                "deprecated_total": summary["deprecated_total"],
-                "wall_seconds": round(time.perf_counter() - began, 2),
-            }
-            rows.append(row)
-            write_episodes(rows, episodes_path)
-            recent = [float(r["objective"]) for r in rows[-10:] if r["objective"] not in (None, "", "None")]
-            bar.set_postfix(objective=f"{row['objective']:.3f}", last10=f"{np.mean(recent):.3f}", M=row["mean_picked"])
-            if (episode + 1) % args.save_every == 0:
-                controller.save(policy_path, episodes=len(rows))
-    controller.save(policy_path, episodes=len(rows))
-    plot_learning_curve(rows, out / "learning_curve.png")
+    try:
+        with tempfile.TemporaryDirectory() as root:
+            for episode in bar:
+                row = run_episode(args, parser, controller, str(config), settings, episode, root)
+                rows.append(row)
+                write_episodes(rows, episodes_path)
+                recent = [float(r["objective"]) for r in rows[-10:]]
+                bar.set_postfix(
+                    objective=f"{row['objective']:.3f}", last10=f"{np.mean(recent):.3f}", M=row["mean_picked"]
+                )
+                if (episode + 1) % args.save_every == 0:
+                    controller.save(policy_path, episodes=len(rows))
+    finally:  # whatever stopped the training, keep what was learnt (with the episodes it saw, for --resume)
+        if controller._agent is not None:
+            controller.save(policy_path, episodes=len(rows))
+        if rows:
+            plot_learning_curve(rows, out / "learning_curve.png")
     print(f"policy saved to {policy_path}; {len(rows)} episodes in {episodes_path}")
     return 0
+
+
+def run_episode(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    controller: Any,
+    config: str,
+    settings: list[str],
+    episode: int,
+    root: str,
+) -> dict[str, Any]:
+    """One federated run with the shared controller; its row of ``episodes.csv``."""
+    import numpy as np
+
+    from lit_asyncfl.schedulers import SemiAsyncRounds
+
+    seed = args.first_seed + episode
+    cli = build_run(config, settings, seed, root)
+    scheduler = cli.trainer.algorithm.scheduler
+    if not isinstance(scheduler, SemiAsyncRounds):
+        parser.error(f"{args.config} is not an ASFL run (its scheduler is {type(scheduler).__name__})")
+    budget = cli.trainer.max_versions
+    if budget is not None and budget < scheduler.rounds:
+        parser.error(f"trainer.max_versions={budget} ends an episode before its {scheduler.rounds} rounds; "
+                     f"set it to >= {scheduler.rounds}")  # fmt: skip
+    scheduler.controller = controller
+    controller.setup(scheduler.count)
+    began = time.perf_counter()
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    summary = cli.trainer.summary
+    if summary["objective"] is None:  # Ctrl-C, a virtual-time budget, a stall: not a whole episode
+        raise SystemExit(
+            f"episode {episode} stopped after {summary['rounds']} of {scheduler.rounds} rounds "
+            f"({summary['stop_reason']}); the policy is saved with the {episode} complete episodes before it"
+        )
+    rounds = [r for r in cli.trainer.history if "round" in r]
+    return {
+        "episode": episode,
+        "seed": seed,
+        "objective": summary["objective"],
+        "episode_return": summary["episode_return"],
+        "final_accuracy": summary["final_accuracy"],
+        "total_latency": summary["total_latency"],
+        "mean_picked": float(np.mean([r["num_picked"] for r in rounds])),
+        "mean_tolerance": float(np.mean([r["lag_tolerance"] for r in rounds])),
+        "deprecated_total": summary["deprecated_total"],
+        "wall_seconds": round(time.perf_counter() - began, 2),
+    }
 
 
 if __name__ == "__main__":

@@ -207,13 +207,15 @@ def test_compare_reports_the_asfl_objective_against_the_baseline(tmp_path):
                 "total_latency": latency}}  # fmt: skip
 
     rows = compare.aggregate(
-        {"SAFA": [run("SAFA", 0.5, 9000.0), run("SAFA", 0.7, 11000.0)], "ASFL": [run("ASFL", 0.9, 1000.0)] * 2},
+        {"SAFA": [run("SAFA", 0.5, 9000.0), run("SAFA", 0.7, 11000.0)], "ASFL": [run("ASFL", 0.9, 1000.0)] * 2,
+         "cut": [run("cut", 0.8, 3000.0), run("cut", None, 10.0)]},
         baseline="SAFA",
-    )
+    )  # fmt: skip
     plan = {"title": "", "substitute": "", "seeds": [0, 1], "baseline": "SAFA"}
     text = compare.markdown(rows, plan)
     assert "| ASFL | 0.9000 ± 0.0000 | 1,000 ± 0 | 0.9000 ± 0.0000 | +50.0% |" in text  # 0.9 / 0.6 - 1
     assert "| SAFA | 0.6000 ± 0.1414 | 10,000 ± 1,414 |" in text
+    assert "| cut | 0.8000 (1/2 finished) | 3,000 |" in text  # the unfinished run's latency is left out
     compare.write_csv(rows, tmp_path / "c.csv")
     header, *_ = (tmp_path / "c.csv").read_text().splitlines()
     assert header.endswith("objective_mean,objective_std,total_latency_mean,total_latency_std")
