@@ -489,7 +489,7 @@ class FederatedTrainer:
             if is_wandb(lg):
                 self._wandb_run(lg).log(row, step=sim.server.version)
             else:
-                numeric = {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and v is not None}
+                numeric = {k: float(v) for k, v in row.items() if isinstance(v, (int, float))}
                 lg.log_metrics(numeric, step=sim.server.version)
 
     def _evaluate_and_log(self) -> None:

@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 if (episode + 1) % args.save_every == 0:
                     controller.save(policy_path, episodes=len(rows))
     finally:  # whatever stopped the training, keep what was learnt (with the episodes it saw, for --resume)
-        if controller._agent is not None:
+        if controller.is_set_up:
             controller.save(policy_path, episodes=len(rows))
         if rows:
             plot_learning_curve(rows, out / "learning_curve.png")

@@ -152,6 +152,11 @@ class SACController(RoundController):
             raise RuntimeError("SACController.setup() was not called")
         return self._agent
 
+    @property
+    def is_set_up(self) -> bool:
+        """Whether :meth:`setup` has built the agent."""
+        return self._agent is not None
+
     def setup(self, num_selected: int) -> None:
         if self.picked_choices is None:
             self.picked_choices = list(range(1, num_selected + 1))

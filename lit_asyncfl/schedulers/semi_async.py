@@ -173,10 +173,11 @@ class SemiAsyncRounds(Scheduler):
             self.variance_total / done if done else 0.0,
         ]
 
-    def _latencies(self, sim: Simulator, bandwidth: np.ndarray, size: float) -> np.ndarray:
-        """Each device's computation + upload latency this round (:math:`T^{cmp}_i + T^U_i`)."""
+    @staticmethod
+    def _latencies(sim: Simulator, bandwidth: np.ndarray, size: float) -> tuple[np.ndarray, np.ndarray]:
+        """Each device's computation and upload latency this round (:math:`T^{cmp}_i`, :math:`T^U_i`)."""
         compute = sim.profiles.time_per_sample * sim.num_samples * sim.local_epochs
-        return compute + np.array([upload_latency(size, float(b)) for b in bandwidth])
+        return compute, np.array([upload_latency(size, float(b)) for b in bandwidth])
 
     def _start_round(self, sim: Simulator, state: list[float]) -> None:
         self.round += 1
@@ -189,7 +190,8 @@ class SemiAsyncRounds(Scheduler):
             self.positions = net.move(self.positions, self.rng)
         bandwidth = net.bandwidths(self.positions)
         size = net.size_of(sim.model_bytes)
-        latency = self._latencies(sim, bandwidth, size)
+        compute, upload = self._latencies(sim, bandwidth, size)
+        latency = compute + upload
         syn, self.deprecated = self.deprecated, []
         idle = np.flatnonzero(~sim.busy)
         held = [update.client for _, update in sim.waiting.values()]  # arrived, counted in the coming round
@@ -198,10 +200,8 @@ class SemiAsyncRounds(Scheduler):
         chosen = self.selection.select(candidates, self.count, expected, self.limit, self.rng)
         self.dist_latency = distribution_latency(len(chosen), len(syn), size, net.server_bandwidth)
         self.open_time = sim.now + self.dist_latency
-        compute = sim.profiles.time_per_sample * sim.num_samples * sim.local_epochs
         for client in sorted([*syn, *(int(c) for c in chosen)]):
-            upload = upload_latency(size, float(bandwidth[client]))
-            sim.dispatch(client, timing=JobTiming(self.dist_latency, float(compute[client]), upload))
+            sim.dispatch(client, timing=JobTiming(self.dist_latency, float(compute[client]), float(upload[client])))
         self.arrivals, self.closing, self.picked_versions = 0, False, []
         waiting = 0 if self.deadline else len(sim.waiting)  # held early arrivals count in ASFL, are cache in SAFA
         training = sim.num_training + waiting
