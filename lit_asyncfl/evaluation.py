@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+import math
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.functional.classification import multiclass_accuracy
 
+from lit_asyncfl.checks import check, check_int
 from lit_asyncfl.data.shards import _to_device
 
 
@@ -63,25 +68,36 @@ class _LogCapture:
         return out
 
 
-def find_metric(metrics: dict[str, float], kind: str) -> float | None:
-    """The value of the logged metric whose name ends in ``acc``/``accuracy`` (``kind="accuracy"``) or ``loss``.
+def find_metric_name(metrics: dict[str, Any], kind: str) -> str | None:
+    """The name of the logged metric ending in ``acc``/``accuracy`` (``kind="accuracy"``) or ``loss``, if any.
 
     A regression model has no accuracy: its coefficient of determination (a metric ending in ``r2``) stands in
     for it, so targets and time-to-target work the same way.
 
     Example:
-        >>> find_metric({"val_loss": 0.3, "val_acc": 0.9}, "accuracy")
-        0.9
-        >>> find_metric({"val_loss": 0.3, "val_r2": 0.7}, "accuracy")
-        0.7
+        >>> find_metric_name({"val_loss": 0.3, "val/acc": 0.9}, "accuracy")
+        'val/acc'
+        >>> find_metric_name({"val_loss": 0.3, "val_r2": 0.7}, "accuracy"), find_metric_name({}, "loss")
+        ('val_r2', None)
     """
     groups = [("acc", "accuracy"), ("r2",)] if kind == "accuracy" else [("loss",)]
     for suffixes in groups:
-        for name, value in metrics.items():
+        for name in metrics:
             last = name.replace("/", "_").rsplit("_", 1)[-1].lower()
             if last in suffixes:
-                return value
+                return name
     return None
+
+
+def find_metric(metrics: dict[str, float], kind: str) -> float | None:
+    """The value of the metric :func:`find_metric_name` names (``None`` if none).
+
+    Example:
+        >>> find_metric({"val_loss": 0.3, "val_acc": 0.9}, "accuracy")
+        0.9
+    """
+    name = find_metric_name(metrics, kind)
+    return None if name is None else metrics[name]
 
 
 @torch.no_grad()
@@ -121,3 +137,139 @@ def evaluate(module: L.LightningModule, batches: Iterable[Any], stage: str = "va
         del module.log, module.log_dict
         module.train(was_training)
     return capture.means()
+
+
+def eval_loader(dm: L.LightningDataModule) -> Any:
+    """The validation loader, else the test loader, else ``None`` (evaluation is then skipped)."""
+    for name in ("val_dataloader", "test_dataloader"):
+        try:
+            return getattr(dm, name)()
+        except (MisconfigurationException, NotImplementedError):
+            continue
+    warnings.warn(
+        f"{type(dm).__name__} has no val_dataloader or test_dataloader: the global model is not evaluated",
+        UserWarning,
+        stacklevel=3,
+    )
+    return None
+
+
+MODES = ("max", "min")
+_log = logging.getLogger("lit_asyncfl")
+
+
+class GlobalEvaluation:
+    """The run's evaluation loop: evaluates the global model, keeps the history, and names the monitored metric.
+
+    The global model is evaluated at version 0, every ``every`` versions, whenever the algorithm asks (e.g. ASFL
+    at each round end) and at the end of the run. Each evaluation is one row of :attr:`history`: ``version``,
+    ``virtual_time``, ``accuracy`` (the monitored metric's value), ``loss``, ``updates_received``,
+    ``updates_aggregated``, ``wall_time`` and every metric the module logged.
+
+    The monitored metric decides the run's ``best_accuracy`` and ``time_to_target``. ``monitor=None`` picks the
+    logged metric ending in ``acc``/``accuracy`` (else ``r2``) and announces its choice once, at the first
+    evaluation; a named ``monitor`` that the module does not log is refused there, with the names it does log.
+
+    Args:
+        every: Evaluate every this many versions.
+        monitor: Name of the monitored metric (e.g. ``"val_acc"``), or ``None`` for the rule above.
+        mode: ``"max"`` when higher is better, ``"min"`` when lower is.
+        target: The value whose first attainment is the run's ``time_to_target`` (in ``(0, 1]`` when the metric is
+            found by the rule above, i.e. an accuracy or R²).
+
+    Example:
+        >>> evaluation = GlobalEvaluation(every=5, monitor=None, mode="max", target=0.8)
+        >>> evaluation.is_due(10), evaluation.is_due(12)
+        (True, False)
+    """
+
+    def __init__(self, every: int, monitor: str | None, mode: str, target: float) -> None:
+        check_int("eval_every", every, 1)
+        check(mode in MODES, f"mode must be one of {list(MODES)}, got {mode!r}")
+        check(
+            monitor is None or (isinstance(monitor, str) and monitor != ""),
+            f"monitor must be a metric name or None, got {monitor!r}",
+        )
+        if monitor is None:
+            check(0 < target <= 1, f"target_accuracy must be in (0, 1], got {target}")
+        else:
+            check(math.isfinite(target), f"target_accuracy must be finite, got {target}")
+        self.every = every
+        self.target = target
+        self.monitor = monitor
+        self.mode = mode
+        self.history: list[dict[str, Any]] = []
+        #: Name of the monitored metric, once resolved at the first evaluation (``None``: none found).
+        self.monitor_name: str | None = monitor
+        self._resolved = False
+        self._model: L.LightningModule | None = None
+        self.batches: list[Any] | None = None
+        self._load: Any = None
+        self._wall_seconds: Any = None
+
+    def setup(self, model: L.LightningModule, load_weights: Any, batches: list[Any] | None, wall_seconds: Any) -> None:
+        """Bind to a fit: the module, how to load flat weights into it, the evaluation batches, a wall clock."""
+        self._model, self._load, self.batches, self._wall_seconds = model, load_weights, batches, wall_seconds
+        self.history = []
+        self.monitor_name, self._resolved = self.monitor, False
+
+    @property
+    def enabled(self) -> bool:
+        """Whether there is data to evaluate on."""
+        return bool(self.batches)
+
+    def is_due(self, version: int) -> bool:
+        """Whether the schedule evaluates ``version``."""
+        return version % self.every == 0
+
+    def has(self, version: int) -> bool:
+        """Whether ``version`` is the last evaluated one."""
+        return bool(self.history) and self.history[-1]["version"] == version
+
+    def run(self, sim: Any) -> dict[str, Any] | None:
+        """Evaluate the current global model of ``sim`` and append its row (``None`` without evaluation data)."""
+        if not self.batches:
+            return None
+        assert self._model is not None
+        server = sim.server
+        self._load(server.weights)
+        metrics = evaluate(self._model, self.batches, "val")
+        self._resolve(metrics)
+        stats = server.stats
+        row: dict[str, Any] = {
+            "version": server.version,
+            "virtual_time": sim.now,
+            "accuracy": metrics.get(self.monitor_name) if self.monitor_name is not None else None,
+            "loss": find_metric(metrics, "loss"),
+            "updates_received": stats.received,
+            "updates_aggregated": stats.aggregated,
+            "wall_time": round(self._wall_seconds(), 3),
+            **metrics,
+        }
+        self.history.append(row)
+        return row
+
+    def _resolve(self, metrics: dict[str, float]) -> None:
+        if self._resolved:
+            return
+        self._resolved = True
+        if self.monitor is not None:
+            if self.monitor not in metrics:
+                raise ValueError(
+                    f"monitor={self.monitor!r} is not among the metrics the module logs in validation: "
+                    f"{sorted(metrics)}; set FederatedTrainer(monitor=...) to one of them"
+                )
+            return
+        self.monitor_name = find_metric_name(metrics, "accuracy")
+        if self.monitor_name is None:
+            warnings.warn(
+                f"no logged metric ends in acc, accuracy or r2 (logged: {sorted(metrics)}): best_accuracy and "
+                "time_to_target are not computed; set FederatedTrainer(monitor=..., mode=...) to name one",
+                UserWarning,
+                stacklevel=2,
+            )
+        else:
+            _log.info(
+                f"lit_asyncfl: monitoring {self.monitor_name!r} (mode={self.mode!r}) for best_accuracy and "
+                "time_to_target; set FederatedTrainer(monitor=...) to choose another metric"
+            )

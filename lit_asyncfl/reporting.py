@@ -14,15 +14,72 @@ import numpy as np
 BASE_COLUMNS = ("version", "virtual_time", "accuracy", "loss", "updates_received", "updates_aggregated", "wall_time")
 
 
-def first_reaching(history: Sequence[dict[str, Any]], target: float) -> dict[str, Any] | None:
-    """The first evaluation whose accuracy reaches ``target`` (``None`` if none did).
+def first_reaching(history: Sequence[dict[str, Any]], target: float, mode: str = "max") -> dict[str, Any] | None:
+    """The first evaluation whose ``accuracy`` (the monitored metric) reaches ``target`` (``None`` if none did):
+    at or above it for ``mode="max"``, at or below it for ``mode="min"``.
 
     Example:
         >>> rows = [{"version": 0, "accuracy": 0.1}, {"version": 7, "accuracy": 0.85}]
-        >>> first_reaching(rows, 0.8)["version"], first_reaching(rows, 0.9)
-        (7, None)
+        >>> first_reaching(rows, 0.8)["version"], first_reaching(rows, 0.9), first_reaching(rows, 0.2, "min")["version"]
+        (7, None, 0)
     """
-    return next((r for r in history if r.get("accuracy") is not None and r["accuracy"] >= target), None)
+    better = (lambda v: v >= target) if mode == "max" else (lambda v: v <= target)
+    return next((r for r in history if r.get("accuracy") is not None and better(r["accuracy"])), None)
+
+
+def run_summary(
+    history: Sequence[dict[str, Any]],
+    sim: Any,
+    *,
+    algorithm: str,
+    num_clients: int,
+    monitor: str | None,
+    mode: str,
+    target: float,
+    stop_reason: str,
+    wall_seconds: float,
+) -> dict[str, Any]:
+    """The summary of a run: accuracy (the monitored metric), time to target, counters, and the scheduler's own.
+
+    Args:
+        history: The evaluation rows.
+        sim: The :class:`~lit_asyncfl.core.simulator.Simulator` at the end of the run.
+        algorithm: The algorithm's name.
+        num_clients: Number of clients.
+        monitor: Name of the monitored metric (``None``: none).
+        mode: ``"max"`` or ``"min"``: which values of the monitored metric are better.
+        target: Target of the monitored metric.
+        stop_reason: Why the run ended.
+        wall_seconds: Wall-clock seconds spent in the run (across resumes).
+    """
+    stats = sim.server.stats
+    accs = [r["accuracy"] for r in history if r.get("accuracy") is not None]
+    reached = first_reaching(history, target, mode)
+    return {
+        "algorithm": algorithm,
+        "num_clients": num_clients,
+        "monitor": monitor,
+        "final_accuracy": accs[-1] if accs else None,
+        "best_accuracy": (max(accs) if mode == "max" else min(accs)) if accs else None,
+        "target_accuracy": target,
+        "time_to_target": None if reached is None else float(reached["virtual_time"]),
+        "versions_to_target": None if reached is None else reached["version"],
+        "versions": sim.server.version,
+        "virtual_time": sim.now,
+        "updates_received": stats.received,
+        "updates_aggregated": stats.aggregated,
+        "updates_discarded": stats.discarded,
+        "updates_rejected": stats.rejected,
+        "reject_reasons": dict(stats.reasons),
+        "mean_staleness": stats.staleness_mean,
+        "max_staleness": stats.staleness_max,
+        "bytes_up": stats.bytes_up,
+        "bytes_down": stats.bytes_down,
+        "events": sim.events_processed,
+        "stop_reason": stop_reason,
+        "wall_seconds": round(wall_seconds, 2),
+        **sim.scheduler.summary(),
+    }
 
 
 def time_to_target(history: Sequence[dict[str, Any]], target: float) -> float | None:
@@ -80,8 +137,14 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot_history(history: Sequence[dict[str, Any]], path: str | Path, title: str, target: float | None = None) -> None:
-    """Save accuracy and loss against virtual time as a PNG."""
+def plot_history(
+    history: Sequence[dict[str, Any]],
+    path: str | Path,
+    title: str,
+    target: float | None = None,
+    metric: str = "accuracy",
+) -> None:
+    """Save the monitored metric (``accuracy`` in the rows, labelled ``metric``) and the loss against virtual time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,8 +157,10 @@ def plot_history(history: Sequence[dict[str, Any]], path: str | Path, title: str
     if target is not None:
         ax_acc.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
     ax_acc.set_xlabel("virtual time (s)")
-    ax_acc.set_ylabel("accuracy")
-    ax_acc.set_ylim(0, 1)
+    ax_acc.set_ylabel(metric)
+    values = [r["accuracy"] for r in rows]
+    if all(0 <= v <= 1 for v in values):
+        ax_acc.set_ylim(0, 1)
     ax_acc.grid(alpha=0.3)
     ax_acc.legend(loc="lower right")
     ax_loss.plot(times, [r["loss"] for r in rows], marker=".", color="tab:red")

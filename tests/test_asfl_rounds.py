@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.simulator import Simulator
+from lit_asyncfl.core.simulator import SimulationObserver, Simulator
 from lit_asyncfl.core.update import ClientUpdate
 from lit_asyncfl.devices import DeviceProfiles
 from lit_asyncfl.mobility import MobileEdgeDevices
@@ -45,10 +45,16 @@ def make_sim(compute, scheduler, server_bandwidth=100.0, accuracy=0.5):
     profiles = DeviceProfiles(time_per_sample=np.asarray(compute, dtype=float) / 10, bandwidth=np.full(n, 5e5))
     server = Server(torch.zeros(1, dtype=torch.float64), ModelAverage(None), [StalenessDecay(0.9), DataSizeWeight()], n)
     scheduler.setup(n)
-    sim = Simulator(server, scheduler, ShiftExecutor(), net, [10] * n, 1, 10, seed=0, model_bytes=8, profiles=profiles)
     logged: list[dict] = []
-    sim.evaluator = lambda: {"accuracy": accuracy, "loss": 1.0}
-    sim.metrics_logger = logged.append
+
+    class Recorder(SimulationObserver):
+        def on_log(self, sim, metrics):
+            logged.append(metrics)
+
+    sim = Simulator(
+        server, scheduler, ShiftExecutor(), net, [10] * n, 1, 10, seed=0, model_bytes=8, profiles=profiles,
+        evaluator=lambda: {"accuracy": accuracy, "loss": 1.0}, observers=[Recorder()],
+    )  # fmt: skip
     return sim, logged
 
 

@@ -58,10 +58,15 @@ def test_adaptive_weight_at_0_half_full_and_twice_the_ramp(t, expected):
 def _server_with_data(model, n=64, threshold=1, **kwargs):
     torch.manual_seed(0)
     cb = DistillationCorrection(staleness_threshold=threshold, **kwargs)
-    server = Server(ModelWorkspace(model).flat.read(), Mixing(alpha=1.0), [cb], 1)
-    server._workspace_factory = lambda: ModelWorkspace(model)
     x = torch.randn(n, 1, 8, 8)
-    server.data = (x, torch.randint(0, 10, (n,)))
+    server = Server(
+        ModelWorkspace(model).flat.read(),
+        Mixing(alpha=1.0),
+        [cb],
+        1,
+        data=(x, torch.randint(0, 10, (n,))),
+        workspace_factory=lambda: ModelWorkspace(model),
+    )
     server.on_fit_start()
     return server, cb
 
@@ -131,7 +136,7 @@ def test_the_distillation_set_is_held_out_of_clients_and_evaluation(tmp_path):
     server_rows = rows(server_x)
     assert not server_rows & rows(train_x)  # no client has them
     assert not server_rows & rows(test_x)  # evaluation never sees them
-    assert not server_rows & rows(torch.cat([b[0] for b in trainer._eval_batches]))
+    assert not server_rows & rows(torch.cat([b[0] for b in trainer.evaluation.batches]))
 
 
 def test_distillation_time_delays_the_new_version_and_queues_later_arrivals(tmp_path):

@@ -105,7 +105,11 @@ def test_offline_wandb_run_records_config_axes_summary_and_plots(tmp_path, monke
         kind = r.WhichOneof("record_type")
         items = r.run.config.update if kind == "run" else r.config.update if kind == "config" else []
         config.update({_key(i): json.loads(i.value_json) for i in items})
-    assert config["num_clients"] == 6 and config["seed"] == trainer.seed
+    assert config["trainer"]["num_clients"] == 6 and config["trainer"]["seed"] == trainer.seed
+    model = trainer.global_model
+    expected = {"class": f"{type(model).__module__}.{type(model).__qualname__}", **model.hparams}
+    assert config["model"] == json.loads(json.dumps(expected))  # the model's own hparams (JSON: tuples as lists)
+    assert config["algorithm"]["alpha"] == trainer.algorithm.hparams["alpha"]
 
     summary = {}
     for r in records:

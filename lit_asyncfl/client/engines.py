@@ -8,6 +8,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from lit_asyncfl.checks import check, check_int
 from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.client.cohort import CohortExecutor, CohortTrainer
 from lit_asyncfl.client.kernels import choose_onednn
@@ -27,8 +28,14 @@ ENGINES: dict[str, type] = {"fast": LocalTrainer, "lightning": LightningLocalTra
 DEFAULT_NUM_THREADS: dict[str, int] = {"fast": 1, "lightning": 1, "cohort": 1}
 
 
-def check_engine(engine: str) -> None:
-    """Raise a ``ValueError`` naming ``engine`` and the allowed names unless it is one of :data:`ENGINES`.
+#: Accepted ``accelerator`` values.
+ACCELERATORS = ("cpu", "cuda", "gpu", "auto")
+
+
+def check_engine(
+    engine: str, onednn: bool | None = None, compile_cohort: bool = False, num_threads: int | None = None
+) -> None:
+    """Raise a ``ValueError`` naming the bad value unless ``engine`` is one of :data:`ENGINES` and its options fit.
 
     Example:
         >>> check_engine("fast")
@@ -39,6 +46,25 @@ def check_engine(engine: str) -> None:
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; allowed: {list(ENGINES)}")
+    check(onednn is None or isinstance(onednn, bool), f"onednn must be True, False or None, got {onednn!r}")
+    check(not compile_cohort or engine == "cohort", f"compile_cohort=True needs engine='cohort', got engine={engine!r}")
+    check_int("num_threads", num_threads, 1, optional=True)
+
+
+def resolve_device(accelerator: str) -> torch.device:
+    """The device of an ``accelerator`` name (one of :data:`ACCELERATORS`); CUDA must be available when asked for.
+
+    Example:
+        >>> resolve_device("cpu")
+        device(type='cpu')
+    """
+    check(accelerator in ACCELERATORS, f"unknown accelerator {accelerator!r}; allowed: {list(ACCELERATORS)}")
+    if accelerator == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if accelerator in ("cuda", "gpu"):
+        check(torch.cuda.is_available(), f"accelerator={accelerator!r} but no CUDA device is available; use 'cpu'")
+        return torch.device("cuda")
+    return torch.device("cpu")
 
 
 def _probe_batch(shards: ClientShards | DatasetShards, batch_size: int) -> object | None:

@@ -58,6 +58,9 @@ class Server:
         aggregator: How buffered updates become the next model.
         callbacks: Ordered server callbacks.
         num_clients: Number of clients in the federation.
+        data: Labelled data held out for the server, as ``(inputs, targets)`` tensors (e.g. FedADT's distillation
+            set), or ``None``.
+        workspace_factory: Builds a spare copy of the model for callbacks that run it (see :attr:`workspace`).
     """
 
     def __init__(
@@ -66,6 +69,8 @@ class Server:
         aggregator: Aggregator,
         callbacks: list[ServerCallback],
         num_clients: int,
+        data: tuple[Tensor, Tensor] | None = None,
+        workspace_factory: Callable[[], Any] | None = None,
     ) -> None:
         keys = Counter(cb.state_key for cb in callbacks)
         duplicated = [k for k, n in keys.items() if n > 1]
@@ -79,13 +84,13 @@ class Server:
         self.num_clients = num_clients
         self.stats = ServerStats()
         #: Labelled data held out for the server, as ``(inputs, targets)`` tensors, or ``None``.
-        self.data: tuple[Tensor, Tensor] | None = None
+        self.data = data
         #: The global weights before the last aggregation.
         self.previous_weights = weights
         self._step_callbacks = [
             cb for cb in callbacks if type(cb).transform_aggregate is not ServerCallback.transform_aggregate
         ]
-        self._workspace_factory: Callable[[], Any] | None = None
+        self._workspace_factory = workspace_factory
         self._workspace: Any = None
 
     @property

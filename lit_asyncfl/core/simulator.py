@@ -37,6 +37,20 @@ def sample_profiles(device_model: DeviceModel, num_clients: int, seed: int) -> D
     return device_model.sample_profiles(num_clients, np.random.default_rng([seed, 0xDE71CE]))
 
 
+class SimulationObserver:
+    """What watches a simulation from outside (the trainer's run callbacks): told of new versions and metrics.
+
+    Both hooks are called *inside* an event (the state is then mid-event; see ``Simulator.run``'s ``after_event``
+    for the event boundaries).
+    """
+
+    def on_new_version(self, sim: Simulator) -> None:
+        """The server has just made a new global version."""
+
+    def on_log(self, sim: Simulator, metrics: dict[str, Any]) -> None:
+        """The scheduler logged ``metrics`` at the current version (see :meth:`Simulator.log`)."""
+
+
 class Simulator:
     """Runs one federated simulation on a virtual clock.
 
@@ -57,6 +71,8 @@ class Simulator:
         model_bytes: Bytes of one model transfer.
         client_callbacks: Client callbacks (their state is checkpointed with the simulation).
         profiles: The clients' device profiles, when drawn beforehand (see :func:`sample_profiles`).
+        evaluator: Evaluates the current global model and returns its metrics (see :meth:`evaluate`).
+        observers: Told of each new global version and of the metrics schedulers log.
     """
 
     def __init__(
@@ -72,6 +88,8 @@ class Simulator:
         model_bytes: int,
         client_callbacks: Sequence[ClientCallback] = (),
         profiles: DeviceProfiles | None = None,
+        evaluator: Callable[[], dict[str, Any]] | None = None,
+        observers: Sequence[SimulationObserver] = (),
     ) -> None:
         self.server = server
         self.scheduler = scheduler
@@ -99,11 +117,10 @@ class Simulator:
         self.events_processed = 0
         self.stalled_arrivals = 0
         self.cancelled = 0
-        self.on_new_version: Callable[[], None] | None = None
-        #: Evaluates the current global model and returns its metrics (set by the trainer; see :meth:`evaluate`).
-        self.evaluator: Callable[[], dict[str, Any]] | None = None
-        #: Receives metrics a scheduler logs (set by the trainer; see :meth:`log`).
-        self.metrics_logger: Callable[[dict[str, Any]], None] | None = None
+        self.evaluator = evaluator
+        self.observers = list(observers)
+        #: Whether an event is being processed (the state is consistent, e.g. for a checkpoint, only between events).
+        self.in_event = False
 
     # -- time and state seen by schedulers -------------------------------------------------------------------------
     @property
@@ -206,30 +223,35 @@ class Simulator:
     def evaluate(self) -> dict[str, Any]:
         """Metrics of the current global model (``accuracy``, ``loss``, ...), from the trainer's evaluation."""
         if self.evaluator is None:
-            raise RuntimeError("this simulator has no evaluator (the FederatedTrainer sets one)")
+            raise RuntimeError("this simulator has no evaluator (the FederatedTrainer passes one)")
         return self.evaluator()
 
     def log(self, metrics: dict[str, Any]) -> None:
         """Log scheduler metrics (e.g. a round's latency and reward) at the current version and virtual time."""
-        if self.metrics_logger is not None:
-            self.metrics_logger(metrics)
+        for observer in self.observers:
+            observer.on_log(self, metrics)
+
+    def _new_version(self) -> None:
+        for observer in self.observers:
+            observer.on_new_version(self)
 
     def flush(self) -> bool:
         """Aggregate what the server has buffered (synchronous round end)."""
         aggregated = self.server.flush()
         if aggregated:
             self.stalled_arrivals = 0  # progress, even when the arrivals were processed before this flush
-            if self.on_new_version is not None:
-                self.on_new_version()
+            self._new_version()
         return aggregated
 
     # -- the loop -------------------------------------------------------------------------------------------------
     def start(self) -> None:
         """Reset the server and callbacks and make the first dispatches."""
+        self.in_event = True
         self.server.on_fit_start()
         for cb in self.client_callbacks:
             cb.on_fit_start(self.num_clients)
         self.scheduler.on_fit_start(self)
+        self.in_event = False
 
     def run(
         self,
@@ -271,6 +293,12 @@ class Simulator:
         """Process the next event."""
         event = self.queue.pop()
         self.server.now = event.time
+        self.in_event = True
+        self._handle(event)
+        self.in_event = False
+        self.events_processed += 1
+
+    def _handle(self, event: Event) -> None:
         if event.kind == "arrival":
             self._arrival(event.data["job_id"])
         elif event.kind == "request":
@@ -282,7 +310,6 @@ class Simulator:
             self._serve()
         else:
             self.scheduler.on_event(self, event)
-        self.events_processed += 1
 
     def _request(self, job_id: int) -> None:
         """A device asks for the global model current now; it gets it only if newer than its start model.
@@ -331,8 +358,8 @@ class Simulator:
         version = self.server.version
         self.scheduler.on_arrival(self, update)
         aggregated = self.server.receive(update)
-        if aggregated and self.on_new_version is not None:
-            self.on_new_version()
+        if aggregated:
+            self._new_version()
         self.scheduler.on_update(self, job, aggregated)
         self.stalled_arrivals = 0 if self.server.version > version else self.stalled_arrivals + 1
 

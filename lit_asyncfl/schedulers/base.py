@@ -38,6 +38,10 @@ class Scheduler:
     and :meth:`on_event` for the events the scheduler put on the clock itself (e.g. periodic triggers).
     """
 
+    #: Whether the scheduler reads the evaluation's ``accuracy`` (the monitored metric) as an accuracy, higher
+    #: being better (e.g. ASFL's objective): the trainer then refuses ``mode="min"``.
+    needs_accuracy = False
+
     def setup(self, num_clients: int) -> None:
         """Validate against the number of clients (raise ``ValueError`` naming the bad value)."""
 

@@ -77,6 +77,8 @@ class SemiAsyncRounds(Scheduler):
         (10, 100.0)
     """
 
+    needs_accuracy = True  # the paper's objective and reward read the evaluation's accuracy
+
     def __init__(
         self,
         selected: int | float = 10,

@@ -1,0 +1,107 @@
+"""The trainer's run callbacks: the built-in ones around the user's, and their connection to the simulator."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities.model_helpers import is_overridden
+
+from lit_asyncfl.callbacks.base import Callback
+from lit_asyncfl.callbacks.interrupt import InterruptHandler
+from lit_asyncfl.callbacks.logger_connector import LoggerConnector
+from lit_asyncfl.callbacks.model_checkpoint import ModelCheckpoint
+from lit_asyncfl.callbacks.progress import ProgressBar
+from lit_asyncfl.callbacks.run_checkpoint import RunCheckpoint
+from lit_asyncfl.callbacks.run_outputs import RunOutputs
+from lit_asyncfl.core.simulator import SimulationObserver, Simulator
+
+if TYPE_CHECKING:
+    from lit_asyncfl.trainer import FederatedTrainer
+
+
+def configure_callbacks(
+    callbacks: Sequence[Callback] | Callback | None,
+    loggers: Sequence[Logger],
+    enable_progress_bar: bool = True,
+    print_summary: bool = True,
+    checkpoint_every: int | None = None,
+) -> list[Callback]:
+    """``[ProgressBar, InterruptHandler, *user's, *user's ModelCheckpoints, RunOutputs, RunCheckpoint,
+    LoggerConnector]``: progress first; the files, the run checkpoint (which saves every callback's state) and the
+    loggers (which attach the files) last. A ``ProgressBar`` among the user's replaces the built-in one.
+
+    Example:
+        >>> [type(cb).__name__ for cb in configure_callbacks([ModelCheckpoint()], [], enable_progress_bar=False)]
+        ['InterruptHandler', 'ModelCheckpoint', 'RunOutputs', 'RunCheckpoint']
+    """
+    user = [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])
+    for cb in user:
+        if not isinstance(cb, Callback):
+            raise ValueError(f"callbacks must be lit_asyncfl.callbacks.Callback instances, got {cb!r}")
+    keys = [cb.state_key for cb in user]
+    duplicated = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicated:
+        raise ValueError(f"callbacks need distinct state_key values; duplicated: {duplicated}")
+    first: list[Callback] = [InterruptHandler()]
+    if enable_progress_bar and not any(isinstance(cb, ProgressBar) for cb in user):
+        first.insert(0, ProgressBar())
+    user.sort(key=lambda cb: isinstance(cb, ModelCheckpoint))  # stable: the others keep their order
+    last: list[Callback] = [RunOutputs(print_summary), RunCheckpoint(checkpoint_every)]
+    if loggers:
+        last.append(LoggerConnector(list(loggers)))
+    return first + user + last
+
+
+class CallbackConnector(SimulationObserver):
+    """Connects a fit's simulator to the trainer's evaluation and run callbacks.
+
+    The simulator tells it of new versions and scheduler metrics (as its observer), asks it for the current
+    version's metrics (as its evaluator) and calls :meth:`after_event` after each event; it evaluates the global
+    model when due and calls the callbacks' hooks with the trainer.
+
+    Args:
+        trainer: The :class:`~lit_asyncfl.FederatedTrainer` (its ``callbacks`` and ``evaluation``).
+    """
+
+    def __init__(self, trainer: FederatedTrainer) -> None:
+        self.trainer = trainer
+        self.callbacks = trainer.callbacks
+        self.evaluation = trainer.evaluation
+        self._event_end = [cb for cb in self.callbacks if is_overridden("on_event_end", cb, Callback)]
+
+    def call(self, hook: str, *args: Any) -> None:
+        """Call ``hook`` of every callback, in order, with the trainer and ``args``."""
+        for cb in self.callbacks:
+            getattr(cb, hook)(self.trainer, *args)
+
+    def after_event(self) -> bool:
+        """``on_event_end`` of the callbacks that have one; whether the run should stop."""
+        for cb in self._event_end:
+            cb.on_event_end(self.trainer)
+        return self.trainer.should_stop
+
+    def evaluate(self, sim: Simulator) -> None:
+        """Evaluate the current global model and call ``on_evaluation_end`` with its row."""
+        row = self.evaluation.run(sim)
+        if row is not None:
+            self.call("on_evaluation_end", row)
+
+    def current_metrics(self, sim: Simulator) -> dict[str, Any]:
+        """The evaluation row of the current global version (evaluated now if not yet): the simulator's evaluator."""
+        if not self.evaluation.has(sim.server.version):
+            self.evaluate(sim)
+        if not self.evaluation.has(sim.server.version):
+            raise RuntimeError("the algorithm needs evaluations, but the data module has no validation or test data")
+        return self.evaluation.history[-1]
+
+    def on_new_version(self, sim: Simulator) -> None:
+        self.call("on_new_version")
+        if self.evaluation.is_due(sim.server.version):
+            self.evaluate(sim)
+
+    def on_log(self, sim: Simulator, metrics: dict[str, Any]) -> None:
+        if self.evaluation.has(sim.server.version):  # they join that version's evaluation row
+            self.evaluation.history[-1].update(metrics)
+        self.call("on_scheduler_metrics", metrics)

@@ -1,0 +1,129 @@
+"""Checkpoints: Lightning checkpoints of the global model, with the simulation to resume under a key of its own.
+
+Every file this library writes is a valid Lightning checkpoint of the *global* model: ``state_dict`` (the global
+weights, as ``module.state_dict()`` names them), ``hyper_parameters`` (from ``save_hyperparameters``),
+``pytorch-lightning_version``, ``epoch`` and ``global_step`` (the global version), the data module's
+hyper-parameters, and whatever the module adds in ``on_save_checkpoint``. So ``MyModule.load_from_checkpoint(path)``
+and ``lightning.Trainer(...).test(model, ckpt_path=path)`` work on it.
+
+What the federated run needs beyond the model lives under :data:`RUN_KEY` (``"lit_asyncfl"``): the format, the
+global version and virtual time, and — in a *resumable* checkpoint, written at an event boundary — the simulation
+state, the history, the run callbacks' states and the configuration fingerprint. All of it is plain values and
+tensors, so every checkpoint loads with ``torch.load(..., weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+#: Top-level key of the federated run's own entries in a checkpoint.
+RUN_KEY = "lit_asyncfl"
+#: Format of the entries under :data:`RUN_KEY`.
+FORMAT = "lit_asyncfl.checkpoint.v2"
+_OLD_FORMATS = ("lit_asyncfl.checkpoint.v1",)
+
+
+def model_checkpoint(
+    model: L.LightningModule,
+    datamodule: L.LightningDataModule | None,
+    version: int,
+    run: dict[str, Any],
+) -> dict[str, Any]:
+    """A Lightning checkpoint of ``model`` (holding the global weights) with the run's entries under ``RUN_KEY``.
+
+    Args:
+        model: The module, its weights set to the global model of ``version``.
+        datamodule: The run's data module (its ``hparams`` and ``state_dict()`` are saved as Lightning saves them).
+        version: The global version (saved as ``global_step``).
+        run: The federated run's entries (``format`` is added).
+
+    Example:
+        >>> from lit_asyncfl.models import LogisticRegression
+        >>> ckpt = model_checkpoint(LogisticRegression(input_dim=4), None, 7, {})
+        >>> ckpt["global_step"], ckpt["hyper_parameters"]["input_dim"], ckpt[RUN_KEY]["format"]
+        (7, 4, 'lit_asyncfl.checkpoint.v2')
+    """
+    checkpoint: dict[str, Any] = {
+        "epoch": 0,
+        "global_step": int(version),
+        "pytorch-lightning_version": L.__version__,
+        "state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()},
+    }
+    for obj in (model, datamodule):
+        if obj is not None and obj.hparams:
+            if hasattr(obj, "_hparams_name"):
+                checkpoint[obj.CHECKPOINT_HYPER_PARAMS_NAME] = obj._hparams_name
+            checkpoint[obj.CHECKPOINT_HYPER_PARAMS_KEY] = dict(obj.hparams)
+    if datamodule is not None:
+        state = datamodule.state_dict()
+        if state:
+            checkpoint[type(datamodule).__qualname__] = state
+    checkpoint[RUN_KEY] = {"format": FORMAT, **run}
+    model.on_save_checkpoint(checkpoint)
+    return checkpoint
+
+
+def save(checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
+    """Write ``checkpoint`` to ``path`` atomically (a reader never sees a half-written file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(checkpoint, tmp)
+    os.replace(tmp, path)
+
+
+def load(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
+    """Load a checkpoint safely (``weights_only=True``); refuse files that are not Lightning checkpoints.
+
+    Raises:
+        FileNotFoundError: No file at ``path``.
+        ValueError: Not a checkpoint, or one written by an earlier lit_asyncfl that this version cannot read.
+    """
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # pickle errors, truncated files, foreign objects
+        raise ValueError(f"{path} could not be loaded as a checkpoint with weights_only=True: {exc}") from exc
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{path} is not a checkpoint: it holds a {type(checkpoint).__name__}, not a dict")
+    if checkpoint.get("format") in _OLD_FORMATS:
+        raise ValueError(
+            f"{path} was written by an earlier lit_asyncfl ({checkpoint['format']}): its model is not a Lightning "
+            f"checkpoint and its simulation cannot be resumed by this version ({FORMAT}); start the run again"
+        )
+    if "state_dict" not in checkpoint:
+        raise ValueError(f"{path} is not a Lightning checkpoint: it has no 'state_dict' (keys: {sorted(checkpoint)})")
+    return checkpoint
+
+
+def run_entries(checkpoint: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
+    """The federated run's entries of a *resumable* checkpoint (one with a simulation state).
+
+    Raises:
+        ValueError: The checkpoint holds a model only (a plain Lightning checkpoint, or a best-model file of
+            :class:`~lit_asyncfl.callbacks.ModelCheckpoint`).
+    """
+    run = checkpoint.get(RUN_KEY)
+    if not isinstance(run, dict) or run.get("format") != FORMAT:
+        raise ValueError(
+            f"{path} is a Lightning checkpoint without a lit_asyncfl run in it: it can initialise a model "
+            "(load_from_checkpoint) but not resume a federated run; resume from the run's checkpoints/last.ckpt"
+        )
+    if "simulation" not in run:
+        raise ValueError(
+            f"{path} holds the global model of version {run.get('version')} but no simulation state (a best-model "
+            "checkpoint written mid-event): it cannot resume a run; resume from a last.ckpt instead"
+        )
+    return run
+
+
+def load_model_weights(model: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+    """Put a checkpoint's weights into ``model`` as Lightning does (``on_load_checkpoint``, then a strict load)."""
+    model.on_load_checkpoint(checkpoint)
+    model.load_state_dict(checkpoint["state_dict"], strict=True)
