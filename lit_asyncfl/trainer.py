@@ -7,6 +7,7 @@ logging, output files, checkpoints, and the user's own. The global evaluation is
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 import warnings
@@ -200,8 +201,7 @@ class FederatedTrainer:
         self._wall_start = 0.0
         self._log_dir: str | None = None
         self._hooks = CallbackConnector(self)
-        self._checkpointed_history = 0
-        self._finished = False
+        self._final_state: dict[str, Any] | None = None
         seed_everything(seed, verbose=False)
 
     @property
@@ -337,9 +337,8 @@ class FederatedTrainer:
             run.update(
                 fingerprint=self._fingerprint,
                 simulation=sim.state_dict(),
-                history=self.history[: self._checkpointed_history] if self._finished else list(self.history),
+                **self._resumable_history_and_callbacks(),
                 wall_seconds=self._wall_seconds(),
-                callbacks={cb.state_key: cb.state_dict() for cb in self.callbacks},
             )
         checkpoint = ckpt.model_checkpoint(model, self.datamodule, sim.server.version, run)
         self._hooks.call("on_save_checkpoint", checkpoint)
@@ -403,7 +402,7 @@ class FederatedTrainer:
         )
         loader = eval_loader(dm)
         self.evaluation.setup(model, flat.load, list(loader) if loader is not None else None, self._wall_seconds)
-        self._finished = False
+        self._final_state = None
         self._fingerprint = run_fingerprint(self, model, flat.numel, dm)
         self._hparams = run_hyperparameters(self, self._init_args, model, datamodule)
         return sim
@@ -428,6 +427,13 @@ class FederatedTrainer:
     def _wall_seconds(self) -> float:
         return self._wall_offset + (time.perf_counter() - self._wall_start)
 
+    def _resumable_history_and_callbacks(self) -> dict[str, Any]:
+        """The history and callback states to checkpoint (copied: callbacks may keep mutating theirs)."""
+        if self._final_state is not None:
+            return self._final_state
+        states = {cb.state_key: copy.deepcopy(cb.state_dict()) for cb in self.callbacks}
+        return {"history": copy.deepcopy(self.history), "callbacks": states}
+
     def _finish(self, sim: Simulator, loop_reason: str) -> None:
         if loop_reason == "stalled":
             warnings.warn(
@@ -440,10 +446,9 @@ class FederatedTrainer:
             self.stop_reason = self.stop_reason or "callback"
         else:
             self.stop_reason = loop_reason
-        # Rows so far are those an uninterrupted run has too: a checkpoint keeps only these, so the off-schedule
-        # evaluation that ends this run is not in the history of the run it resumes.
-        self._checkpointed_history = len(self.history)
-        self._finished = True
+        # What an uninterrupted run has too: the end-of-run checkpoint keeps these, so the off-schedule evaluation
+        # that ends this run is neither in the history nor in the callbacks' states of the run it resumes.
+        self._final_state = self._resumable_history_and_callbacks()
         if not self.evaluation.has(sim.server.version):
             self._hooks.evaluate(sim)
         assert self._flat is not None

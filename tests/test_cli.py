@@ -149,3 +149,46 @@ def test_main_returns_zero_for_the_console_script(tmp_path):
         *QUIET,
     ]
     assert main(args) == 0
+
+
+def test_cli_test_with_a_checkpoint_reports_the_trained_accuracy(tmp_path, capsys):
+    fit = FederatedCLI(
+        args=["fit", "--config", "configs/quickstart.yaml", "--trainer.max_virtual_time=8000",
+              f"--trainer.default_root_dir={tmp_path}", *QUIET]
+    )  # fmt: skip
+    trained = fit.trainer.history[-1]["val_acc"]
+    assert trained > 0.5
+    ckpt = Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    capsys.readouterr()
+    cli = FederatedCLI(
+        args=["test", "--config", "configs/quickstart.yaml", f"--trainer.default_root_dir={tmp_path}",
+              f"--ckpt_path={ckpt}"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert "Test metric" in out and f"{trained}"[:6] in out  # the digits' test split is their validation split
+    assert cli.trainer.history == []  # nothing was trained
+
+
+def test_cli_test_without_a_checkpoint_warns_about_the_initial_model(tmp_path):
+    with pytest.warns(UserWarning, match=r"evaluating the model's INITIAL weights"):
+        main(["test", "--config", "configs/quickstart.yaml", f"--trainer.default_root_dir={tmp_path}"])
+
+
+def test_run_callbacks_from_the_command_line(tmp_path):
+    from lit_asyncfl.callbacks import EarlyStopping, ModelCheckpoint
+
+    cli = FederatedCLI(
+        args=[
+            "fit", "--config", "configs/quickstart.yaml", "--trainer.max_virtual_time=3000",
+            f"--trainer.default_root_dir={tmp_path}", *QUIET,
+            "--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor=val_acc",
+            "--trainer.callbacks.mode=max", "--trainer.callbacks.patience=2",
+            "--trainer.callbacks+=lit_asyncfl.callbacks.ModelCheckpoint", "--trainer.callbacks.monitor=val_acc",
+            "--trainer.callbacks.mode=max",
+        ]
+    )  # fmt: skip
+    user = [cb for cb in cli.trainer.callbacks if isinstance(cb, (EarlyStopping, ModelCheckpoint))]
+    assert [type(cb).__name__ for cb in user] == ["EarlyStopping", "ModelCheckpoint"]
+    assert user[0].patience == 2 and user[1].mode == "max"
+    assert cli.trainer.summary["stop_reason"] == "early_stopping"
+    assert Path(user[1].best_model_path).is_file()
