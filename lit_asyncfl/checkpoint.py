@@ -102,12 +102,14 @@ def load(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
     return checkpoint
 
 
-def run_entries(checkpoint: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
-    """The federated run's entries of a *resumable* checkpoint (one with a simulation state).
+def run_entries(checkpoint: dict[str, Any], path: str | os.PathLike, fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """The federated run's entries of a *resumable* checkpoint (one with a simulation state) written by the
+    configuration whose fingerprint is ``fingerprint`` (see :func:`~lit_asyncfl.hparams.run_fingerprint`).
 
     Raises:
         ValueError: The checkpoint holds a model only (a plain Lightning checkpoint, or a best-model file of
-            :class:`~lit_asyncfl.callbacks.ModelCheckpoint`).
+            :class:`~lit_asyncfl.callbacks.ModelCheckpoint`), or was written by another configuration (each
+            difference is named).
     """
     run = checkpoint.get(RUN_KEY)
     if not isinstance(run, dict) or run.get("format") != FORMAT:
@@ -120,6 +122,11 @@ def run_entries(checkpoint: dict[str, Any], path: str | os.PathLike) -> dict[str
             f"{path} holds the global model of version {run.get('version')} but no simulation state (a best-model "
             "checkpoint written mid-event): it cannot resume a run; resume from a last.ckpt instead"
         )
+    theirs = run["fingerprint"]
+    diff = {k: (theirs.get(k), v) for k, v in fingerprint.items() if theirs.get(k) != v}
+    if diff:
+        details = "; ".join(f"{k}: checkpoint {a!r} vs trainer {b!r}" for k, (a, b) in diff.items())
+        raise ValueError(f"checkpoint {path} was written by a different configuration: {details}")
     return run
 
 

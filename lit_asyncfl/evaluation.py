@@ -11,6 +11,7 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
@@ -152,6 +153,28 @@ def eval_loader(dm: L.LightningDataModule) -> Any:
         stacklevel=3,
     )
     return None
+
+
+def evaluate_stage(
+    module: L.LightningModule, datamodule: L.LightningDataModule, stage: str, verbose: bool = True
+) -> dict[str, float]:
+    """``validate`` or ``test`` ``module`` on the data module's validation or test loader, printing the results
+    table as ``lightning.Trainer`` does when ``verbose``.
+
+    Example:
+        >>> from lit_asyncfl.data import DigitsDataModule
+        >>> from lit_asyncfl.models import LogisticRegression
+        >>> sorted(evaluate_stage(LogisticRegression(input_dim=64), DigitsDataModule(), "test", verbose=False))
+        ['test_acc', 'test_loss']
+    """
+    if stage not in ("validate", "test"):
+        raise ValueError(f"stage must be 'validate' or 'test', got {stage!r}")
+    datamodule.setup(stage)
+    loader = datamodule.val_dataloader() if stage == "validate" else datamodule.test_dataloader()
+    metrics = evaluate(module, loader, "val" if stage == "validate" else "test")
+    if verbose:
+        _EvaluationLoop._print_results([metrics], stage)
+    return metrics
 
 
 MODES = ("max", "min")

@@ -18,7 +18,6 @@ import lightning as L
 import torch
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.loggers import Logger
-from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 
 from lit_asyncfl import checkpoint as ckpt
 from lit_asyncfl.algorithms import Algorithm, get_algorithm
@@ -33,7 +32,7 @@ from lit_asyncfl.core.simulator import Simulator, sample_profiles
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
 from lit_asyncfl.devices import DeviceModel, UniformRatio
-from lit_asyncfl.evaluation import GlobalEvaluation, eval_loader, evaluate
+from lit_asyncfl.evaluation import GlobalEvaluation, eval_loader, evaluate_stage
 from lit_asyncfl.hparams import run_fingerprint, run_hyperparameters
 from lit_asyncfl.loggers import log_dir_of, resolve_loggers
 from lit_asyncfl.reporting import run_summary
@@ -408,12 +407,7 @@ class FederatedTrainer:
         return sim
 
     def _restore(self, checkpoint: dict[str, Any], path: str) -> None:
-        run = ckpt.run_entries(checkpoint, path)
-        mine, theirs = self._fingerprint, run["fingerprint"]
-        diff = {k: (theirs.get(k), v) for k, v in mine.items() if theirs.get(k) != v}
-        if diff:
-            details = "; ".join(f"{k}: checkpoint {a!r} vs trainer {b!r}" for k, (a, b) in diff.items())
-            raise ValueError(f"checkpoint {path} was written by a different configuration: {details}")
+        run = ckpt.run_entries(checkpoint, path, self._fingerprint)
         assert self.simulator is not None
         self.simulator.load_state_dict(run["simulation"])
         self.evaluation.history[:] = run["history"]
@@ -488,12 +482,7 @@ class FederatedTrainer:
                 UserWarning,
                 stacklevel=3,
             )
-        dm.setup("validate" if stage == "validate" else "test")
-        loader = dm.val_dataloader() if stage == "validate" else dm.test_dataloader()
-        metrics = evaluate(model.to(self.device), loader, "val" if stage == "validate" else "test")
-        if verbose:
-            _EvaluationLoop._print_results([metrics], stage)
-        return [metrics]
+        return [evaluate_stage(model.to(self.device), dm, stage, verbose)]
 
     def _resolve_ckpt_path(self, ckpt_path: str) -> str:
         if ckpt_path == "last":
