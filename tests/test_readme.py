@@ -30,3 +30,20 @@ def test_setup_commands_match_ci():
     test_command = re.search(r"\. \.venv/bin/activate && (python -m pytest[^\n`]*)", README).group(1)
     assert test_command in ci
     assert "pip install torch==2.14.1 torchvision==0.29.1" in ci and 'pip install -e ".[dev]"' in ci
+
+
+def test_callbacks_example_keeps_a_loadable_best_global_model(tmp_path, monkeypatch):
+    from lit_asyncfl import FederatedTrainer
+    from lit_asyncfl.algorithms import FedAsync
+    from lit_asyncfl.data import DigitsDataModule
+    from lit_asyncfl.models import LeNet5
+
+    monkeypatch.chdir(tmp_path)
+    namespace = {"FederatedTrainer": FederatedTrainer, "FedAsync": FedAsync, "DigitsDataModule": DigitsDataModule,
+                 "LeNet5": LeNet5}  # fmt: skip
+    exec(compile(_block("callbacks"), "README.md", "exec"), namespace)
+    trainer, best, model = namespace["trainer"], namespace["best"], namespace["model"]
+    assert best.best_model_score == trainer.summary["best_accuracy"] > 0.5
+    dm = DigitsDataModule(partition="dirichlet", alpha=0.5)
+    assert trainer.validate(model, dm, verbose=False)[0]["val_acc"] == best.best_model_score
+    assert trainer.summary["stop_reason"] in ("early_stopping", "max_virtual_time")
