@@ -14,6 +14,7 @@ tensors, so every checkpoint loads with ``torch.load(..., weights_only=True)``.
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,32 @@ def model_checkpoint(
         if state:
             checkpoint[type(datamodule).__qualname__] = state
     checkpoint[RUN_KEY] = {"format": FORMAT, **run}
-    model.on_save_checkpoint(checkpoint)
     return checkpoint
+
+
+def check_hparams_loadable(obj: L.LightningModule | L.LightningDataModule) -> None:
+    """Refuse ``hparams`` that a checkpoint could save but not load back with ``weights_only=True`` (e.g. a
+    ``pathlib.Path``): found at fit start, not when resuming after the run.
+
+    Example:
+        >>> from lit_asyncfl.models import LogisticRegression
+        >>> check_hparams_loadable(LogisticRegression(input_dim=4))
+    """
+    bad = []
+    for key, value in dict(obj.hparams).items():
+        buffer = io.BytesIO()
+        try:
+            torch.save(value, buffer)
+            buffer.seek(0)
+            torch.load(buffer, weights_only=True)
+        except Exception:
+            bad.append(f"{key}={value!r} ({type(value).__name__})")
+    if bad:
+        raise ValueError(
+            f"{type(obj).__name__}.hparams hold values a checkpoint cannot load back with weights_only=True: "
+            f"{', '.join(bad)}; pass them as plain values (str, numbers, lists, dicts) or leave them out with "
+            "save_hyperparameters(ignore=[...])"
+        )
 
 
 def save(checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
@@ -128,6 +153,16 @@ def run_entries(checkpoint: dict[str, Any], path: str | os.PathLike, fingerprint
         details = "; ".join(f"{k}: checkpoint {a!r} vs trainer {b!r}" for k, (a, b) in diff.items())
         raise ValueError(f"checkpoint {path} was written by a different configuration: {details}")
     return run
+
+
+def restore_lightning_state(
+    model: L.LightningModule, datamodule: L.LightningDataModule | None, checkpoint: dict[str, Any]
+) -> None:
+    """What Lightning restores of a module and data module besides the weights: the module's
+    ``on_load_checkpoint`` and the data module's ``load_state_dict`` (when it saved a state)."""
+    model.on_load_checkpoint(checkpoint)
+    if datamodule is not None and type(datamodule).__qualname__ in checkpoint:
+        datamodule.load_state_dict(checkpoint[type(datamodule).__qualname__])
 
 
 def load_model_weights(model: L.LightningModule, checkpoint: dict[str, Any]) -> None:

@@ -2,7 +2,9 @@
 
 ``FederatedTrainer`` is not a ``lightning.Trainer`` subclass (it runs a simulation, not a training loop, and needs
 none of the Trainer's 60 arguments), so this CLI adds it to the ``trainer`` group itself; ``model`` and ``data``
-are the usual LightningCLI groups. The run seed is ``trainer.seed`` and seeds model construction too.
+are the usual LightningCLI groups. The run seed is ``trainer.seed`` and seeds model construction too. As in
+LightningCLI, ``--ckpt_path`` also sets the model's hyper-parameters from the checkpoint (they take precedence over
+the config), so ``test --ckpt_path`` rebuilds the model the run trained.
 
 Example::
 
@@ -48,9 +50,6 @@ class FederatedCLI(LightningCLI):
         parser.add_lightning_class_args(
             self._datamodule_class, "data", subclass_mode=self.subclass_mode_data, required=False
         )
-
-    def _parse_ckpt_path(self) -> None:
-        """Checkpoints hold a simulation, not model hyper-parameters: nothing to merge into the config."""
 
     def _set_seed(self) -> None:
         trainer = self._get(self.config, "trainer")

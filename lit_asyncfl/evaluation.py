@@ -214,6 +214,10 @@ class GlobalEvaluation:
             f"monitor must be a metric name or None, got {monitor!r}",
         )
         if monitor is None:
+            check(
+                mode == "max",
+                "mode='min' needs a named monitor (e.g. monitor='val_loss'): the default metric is an accuracy",
+            )
             check(0 < target <= 1, f"target_accuracy must be in (0, 1], got {target}")
         else:
             check(math.isfinite(target), f"target_accuracy must be finite, got {target}")
@@ -235,6 +239,12 @@ class GlobalEvaluation:
         self._model, self._load, self.batches, self._wall_seconds = model, load_weights, batches, wall_seconds
         self.history = []
         self.monitor_name, self._resolved = self.monitor, False
+
+    def restore(self, history: list[dict[str, Any]], monitor_name: str | None) -> None:
+        """Continue a resumed run: its history and the metric it monitored."""
+        self.history[:] = history
+        if history:
+            self.monitor_name, self._resolved = monitor_name, True
 
     @property
     def enabled(self) -> bool:

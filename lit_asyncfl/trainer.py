@@ -187,6 +187,9 @@ class FederatedTrainer:
         self.should_stop = False
         #: Why the last run ended (``"max_versions"``, ``"early_stopping"``, ...).
         self.stop_reason: str | None = None
+        #: ``True`` during the evaluation of the final model that a run adds when it ends between two scheduled
+        #: evaluations (a resumed run never sees it, so ranking and stopping callbacks skip it).
+        self.final_evaluation = False
 
         self.global_model: L.LightningModule | None = None
         self.datamodule: L.LightningDataModule | None = None
@@ -201,6 +204,7 @@ class FederatedTrainer:
         self._log_dir: str | None = None
         self._hooks = CallbackConnector(self)
         self._final_state: dict[str, Any] | None = None
+        self._user_datamodule: L.LightningDataModule | None = None
         seed_everything(seed, verbose=False)
 
     @property
@@ -230,9 +234,10 @@ class FederatedTrainer:
         return self._log_dir
 
     def request_stop(self, reason: str = "callback") -> None:
-        """End the run at the next event boundary; ``reason`` becomes the summary's ``stop_reason``."""
+        """End the run at the next event boundary; ``reason`` (the first one asked) becomes the ``stop_reason``."""
+        if not self.should_stop or self.stop_reason is None:
+            self.stop_reason = reason
         self.should_stop = True
-        self.stop_reason = reason
 
     # -- public API -------------------------------------------------------------------------------------------
     def fit(
@@ -252,7 +257,7 @@ class FederatedTrainer:
         """
         if self.num_threads is not None:
             torch.set_num_threads(self.num_threads)
-        self._wall_start = time.perf_counter()
+        self._wall_start, self._wall_offset = time.perf_counter(), 0.0
         self._log_dir = None
         self.should_stop, self.stop_reason = False, None
         checkpoint = ckpt.load(ckpt_path, self.device) if ckpt_path is not None else None
@@ -335,12 +340,14 @@ class FederatedTrainer:
         if not weights_only:
             run.update(
                 fingerprint=self._fingerprint,
+                monitor=self.evaluation.monitor_name,
                 simulation=sim.state_dict(),
                 **self._resumable_history_and_callbacks(),
                 wall_seconds=self._wall_seconds(),
             )
-        checkpoint = ckpt.model_checkpoint(model, self.datamodule, sim.server.version, run)
-        self._hooks.call("on_save_checkpoint", checkpoint)
+        checkpoint = ckpt.model_checkpoint(model, self._user_datamodule, sim.server.version, run)
+        self._hooks.call("on_save_checkpoint", checkpoint)  # as Lightning: the callbacks', then the module's
+        model.on_save_checkpoint(checkpoint)
         ckpt.save(checkpoint, path)
 
     # -- wiring -----------------------------------------------------------------------------------------------
@@ -354,6 +361,9 @@ class FederatedTrainer:
         dm.setup("fit")
         self.datamodule = dm
         dm.check_model(model)
+        self._user_datamodule = datamodule
+        ckpt.check_hparams_loadable(model)
+        ckpt.check_hparams_loadable(datamodule)
         algo = self.algorithm
         fraction = max((cb.server_data_fraction for cb in algo.server_callbacks), default=0.0)
         server_set = dm.split_server_data(fraction, self.seed)  # before the clients' partition
@@ -402,20 +412,23 @@ class FederatedTrainer:
         loader = eval_loader(dm)
         self.evaluation.setup(model, flat.load, list(loader) if loader is not None else None, self._wall_seconds)
         self._final_state = None
+        self._hooks.setup()
         self._fingerprint = run_fingerprint(self, model, flat.numel, dm)
         self._hparams = run_hyperparameters(self, self._init_args, model, datamodule)
         return sim
 
     def _restore(self, checkpoint: dict[str, Any], path: str) -> None:
         run = ckpt.run_entries(checkpoint, path, self._fingerprint)
-        assert self.simulator is not None
+        assert self.simulator is not None and self.global_model is not None
         self.simulator.load_state_dict(run["simulation"])
-        self.evaluation.history[:] = run["history"]
+        ckpt.restore_lightning_state(self.global_model, self._user_datamodule, checkpoint)
+        self.evaluation.restore(run["history"], run["monitor"])
         self._wall_offset = float(run["wall_seconds"])
         states = run["callbacks"]
         for cb in self.callbacks:
             if cb.state_key in states:
                 cb.load_state_dict(states[cb.state_key])
+        self._hooks.call("on_load_checkpoint", checkpoint)
 
     # -- the loop ---------------------------------------------------------------------------------------------
     def _wall_seconds(self) -> float:
@@ -426,7 +439,7 @@ class FederatedTrainer:
         if self._final_state is not None:
             return self._final_state
         states = {cb.state_key: copy.deepcopy(cb.state_dict()) for cb in self.callbacks}
-        return {"history": copy.deepcopy(self.history), "callbacks": states}
+        return {"history": [dict(row) for row in self.history], "callbacks": states}
 
     def _finish(self, sim: Simulator, loop_reason: str) -> None:
         if loop_reason == "stalled":
@@ -436,15 +449,17 @@ class FederatedTrainer:
                 RuntimeWarning,
                 stacklevel=3,
             )
-        if loop_reason == "stopped":
-            self.stop_reason = self.stop_reason or "callback"
-        else:
-            self.stop_reason = loop_reason
+        reason = (self.stop_reason or "callback") if loop_reason == "stopped" else loop_reason
         # What an uninterrupted run has too: the end-of-run checkpoint keeps these, so the off-schedule evaluation
         # that ends this run is neither in the history nor in the callbacks' states of the run it resumes.
         self._final_state = self._resumable_history_and_callbacks()
         if not self.evaluation.has(sim.server.version):
-            self._hooks.evaluate(sim)
+            self.final_evaluation = True
+            try:
+                self._hooks.evaluate(sim)
+            finally:
+                self.final_evaluation = False
+        self.stop_reason = reason
         assert self._flat is not None
         self._flat.load(sim.server.weights)
         self.summary = run_summary(
@@ -455,7 +470,7 @@ class FederatedTrainer:
             monitor=self.evaluation.monitor_name,
             mode=self.evaluation.mode,
             target=self.target_accuracy,
-            stop_reason=self.stop_reason,
+            stop_reason=reason,
             wall_seconds=self._wall_seconds(),
         )
 

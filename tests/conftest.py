@@ -31,14 +31,15 @@ def make_trainer(tmp_path, algorithm, **kwargs) -> FederatedTrainer:
     return FederatedTrainer(algorithm=algorithm, **kwargs)
 
 
-def run(tmp_path, algorithm, model_seed: int | None = None, data_kwargs=None, model=None, **kwargs):
-    """Fit a LeNet-5 on digits and return the trainer (the model is built after the trainer seeded the RNGs)."""
+def run(tmp_path, algorithm, model_seed: int | None = None, data_kwargs=None, model=None, data=None, **kwargs):
+    """Fit a LeNet-5 (or ``model``) on digits (or ``data``) and return the trainer (the model is built after the
+    trainer seeded the RNGs)."""
     trainer = make_trainer(tmp_path, algorithm, **kwargs)
     if model is None:
         if model_seed is not None:
             torch.manual_seed(model_seed)
         model = LeNet5(lr=0.05)
-    trainer.fit(model, datamodule=DigitsDataModule(**(data_kwargs or {})))
+    trainer.fit(model, datamodule=data if data is not None else DigitsDataModule(**(data_kwargs or {})))
     return trainer
 
 

@@ -150,3 +150,65 @@ def test_python_api_logs_the_model_hyperparameters(tmp_path):
     assert hparams["model"]["class"] == "lit_asyncfl.models.lenet.LeNet5"
     assert hparams["data"]["batch_size"] == 16
     assert hparams["algorithm"]["concurrency"] == 2 and hparams["trainer"]["max_versions"] == 2
+
+
+def test_mode_min_without_a_named_monitor_is_refused():
+    with pytest.raises(ValueError, match=r"mode='min' needs a named monitor"):
+        FederatedTrainer(max_versions=1, mode="min")
+
+
+def test_hparams_a_checkpoint_cannot_load_back_are_refused_at_fit_start(tmp_path):
+    class WithPath(LogisticRegression):
+        def __init__(self, root=Path("data"), **kwargs):
+            super().__init__(**kwargs)
+
+    trainer = make_trainer(tmp_path, FedAsync(concurrency=2), max_versions=2)
+    with pytest.raises(ValueError, match=r"WithPath.hparams hold values .* root=PosixPath\('data'\)"):
+        trainer.fit(WithPath(input_dim=64), DigitsDataModule())
+
+
+class StatefulData(L.LightningDataModule):
+    """A plain Lightning data module with hyper-parameters and a state, as Lightning's documentation writes one."""
+
+    def __init__(self, batch_size: int = 16):
+        super().__init__()
+        self.save_hyperparameters()
+        self.loaded = None
+
+    def setup(self, stage):
+        dm = DigitsDataModule(batch_size=self.hparams.batch_size)
+        dm.setup(stage)
+        self.inner = dm
+
+    def train_dataloader(self):
+        return self.inner.train_dataloader()
+
+    def val_dataloader(self):
+        return self.inner.val_dataloader()
+
+    def state_dict(self):
+        return {"cursor": 7}
+
+    def load_state_dict(self, state_dict):
+        self.loaded = state_dict
+
+
+class LoadsCheckpoints(LogisticRegression):
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["mine"] = 42
+
+    def on_load_checkpoint(self, checkpoint):
+        self.seen = checkpoint["mine"]
+
+
+def test_a_plain_data_module_and_the_modules_hooks_are_saved_and_restored_as_lightning_does(tmp_path):
+    run(tmp_path / "a", FedAsync(concurrency=2), max_versions=3, model=LoadsCheckpoints(input_dim=64),
+        data=StatefulData())  # fmt: skip
+    path = next((tmp_path / "a").rglob("last.ckpt"))
+    raw = torch.load(path, weights_only=True)
+    assert raw["datamodule_hyper_parameters"] == {"batch_size": 16} and raw["StatefulData"] == {"cursor": 7}
+    assert raw["mine"] == 42
+    model, data = LoadsCheckpoints(input_dim=64), StatefulData()
+    resumed = make_trainer(tmp_path / "b", FedAsync(concurrency=2), max_versions=5)
+    resumed.fit(model, data, ckpt_path=str(path))
+    assert model.seen == 42 and data.loaded == {"cursor": 7}

@@ -192,3 +192,17 @@ def test_run_callbacks_from_the_command_line(tmp_path):
     assert user[0].patience == 2 and user[1].mode == "max"
     assert cli.trainer.summary["stop_reason"] == "early_stopping"
     assert Path(user[1].best_model_path).is_file()
+
+
+def test_ckpt_path_sets_the_model_hyper_parameters_as_lightning_cli_does(tmp_path):
+    fit = FederatedCLI(
+        args=["fit", "--config", "configs/quickstart.yaml", "--trainer.max_versions=3",
+              "--trainer.max_virtual_time=null", "--model.init_args.lr=0.07", f"--trainer.default_root_dir={tmp_path}",
+              *QUIET]
+    )  # fmt: skip
+    ckpt = Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    cli = FederatedCLI(
+        args=["test", "--config", "configs/quickstart.yaml", f"--trainer.default_root_dir={tmp_path}",
+              f"--ckpt_path={ckpt}", "--verbose=false"]
+    )  # fmt: skip
+    assert cli.model.hparams.lr == 0.07  # the config says 0.05

@@ -121,11 +121,69 @@ def test_callback_state_survives_a_resume_as_in_the_uninterrupted_run(tmp_path):
     assert without_wall_time(resumed.history) == without_wall_time(full.history)
 
 
+def lightning_top_k(scores, k):
+    """Lightning's rule for mode="max": a model enters when strictly better than the k-th, which is the oldest of
+    the worst scores kept."""
+    kept = {}
+    for version, score in scores:
+        if len(kept) < k:
+            kept[version] = score
+            continue
+        kth = min(kept, key=kept.get)
+        if score > kept[kth]:
+            del kept[kth]
+            kept[version] = score
+    return kept
+
+
+class StubTrainer:
+    """What ModelCheckpoint needs of a trainer: save_checkpoint writes an empty file."""
+
+    final_evaluation = False
+
+    def __init__(self, log_dir):
+        self.log_dir = str(log_dir)
+        self.saved = []
+
+    def save_checkpoint(self, path, weights_only=False):
+        from pathlib import Path
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(b"")
+        self.saved.append(str(path))
+
+
+def feed(checkpoint, trainer, scores, name="val_acc"):
+    checkpoint.on_fit_start(trainer)
+    for version, score in enumerate(scores):
+        checkpoint.on_evaluation_end(trainer, {"version": version, name: score})
+
+
+def test_model_checkpoint_ranks_ties_as_lightning_does(tmp_path):
+    checkpoint = ModelCheckpoint(monitor="val_acc", mode="max", save_top_k=3)
+    feed(checkpoint, StubTrainer(tmp_path), [0.3, 0.3, 0.5, 0.9])
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert kept == ["version=1-val_acc=0.3000.ckpt", "version=2-val_acc=0.5000.ckpt", "version=3-val_acc=0.9000.ckpt"]
+    assert set(checkpoint.best_k_models) == {str(tmp_path / "checkpoints" / name) for name in kept}
+    feed(tie := ModelCheckpoint(monitor="val_acc", mode="max"), StubTrainer(tmp_path / "b"), [0.5, 0.5])
+    assert "version=0-" in tie.best_model_path  # an equal score does not replace the best
+
+
+def test_model_checkpoint_with_a_fixed_name_or_a_slash_in_the_metric_keeps_exactly_its_files(tmp_path):
+    fixed = ModelCheckpoint(monitor="val_acc", mode="max", filename="best")
+    feed(fixed, StubTrainer(tmp_path / "fixed"), [0.1, 0.5, 0.7])
+    assert [p.name for p in (tmp_path / "fixed" / "checkpoints").iterdir()] == ["best.ckpt"]
+    assert fixed.best_model_path.endswith("best.ckpt") and fixed.best_model_score == 0.7
+    slash = ModelCheckpoint(monitor="val/acc", mode="max")
+    feed(slash, StubTrainer(tmp_path / "slash"), [0.1, 0.5, 0.7, 0.2], name="val/acc")
+    files = [p for p in (tmp_path / "slash" / "checkpoints").rglob("*.ckpt")]
+    assert [str(p) for p in files] == [slash.best_model_path] and "val/acc=0.7000" in slash.best_model_path
+
+
 def test_model_checkpoint_keeps_exactly_the_top_k_global_models(tmp_path):
     checkpoint = ModelCheckpoint(monitor="val_acc", mode="max", save_top_k=3)
     trainer = run(tmp_path, FedAsync(concurrency=4), max_versions=14, eval_every=1, callbacks=[checkpoint])
-    ranked = sorted(trainer.history, key=lambda r: (-r["val_acc"], r["version"]))  # ties: the earlier version
-    expected = {r["version"]: r["val_acc"] for r in ranked[:3]}
+    expected = lightning_top_k([(r["version"], r["val_acc"]) for r in trainer.history], 3)
     files = sorted(p for p in (tmp_path / "FedAsync").rglob("version=*.ckpt"))
     assert len(files) == 3
     dm = DigitsDataModule()
@@ -137,8 +195,9 @@ def test_model_checkpoint_keeps_exactly_the_top_k_global_models(tmp_path):
         metrics = evaluate(model, dm.val_dataloader())
         loaded_versions[ckpt["global_step"]] = metrics["val_acc"]  # the file's model scores what was logged
     assert loaded_versions == expected
-    assert checkpoint.best_model_score == ranked[0]["val_acc"]
-    assert f"version={ranked[0]['version']}-" in checkpoint.best_model_path
+    best_version = max(expected, key=expected.get)  # the oldest of equal best scores
+    assert checkpoint.best_model_score == expected[best_version]
+    assert f"version={best_version}-" in checkpoint.best_model_path
 
 
 def test_model_checkpoint_without_monitor_keeps_the_latest_and_can_keep_a_resumable_last(tmp_path):
@@ -158,6 +217,9 @@ def test_model_checkpoint_without_monitor_keeps_the_latest_and_can_keep_a_resuma
         pytest.param([0.1, 0.5, 0.55, 0.56, 0.57, 0.9], {"patience": 2, "min_delta": 0.02}, 5, id="min-delta"),
         pytest.param([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], {"patience": 1}, None, id="always-improving"),
         pytest.param([0.1, 0.2, 0.95, 0.1], {"patience": 5, "stopping_threshold": 0.9}, 3, id="threshold"),
+        pytest.param([0.125, 0.875, 0.9, 0.1], {"patience": 5, "stopping_threshold": 0.875}, 3, id="threshold-strict"),
+        pytest.param([0.5, 0.4, 0.1, 0.6], {"patience": 5, "divergence_threshold": 0.2}, 3, id="divergence"),
+        pytest.param([0.5, 0.6, float("nan"), 0.9], {"patience": 5}, 3, id="not-finite"),
     ],
 )
 def test_early_stopping_stops_after_patience_evaluations_without_improvement(tmp_path, scores, kwargs, stopped_after):
@@ -221,3 +283,41 @@ def test_two_callbacks_with_one_state_key_are_refused():
     with pytest.raises(ValueError, match=r"distinct state_key values; duplicated: \[\"EarlyStopping"):
         FederatedTrainer(max_versions=1, callbacks=[EarlyStopping("val_acc"), EarlyStopping("val_acc", patience=5)])
     FederatedTrainer(max_versions=1, callbacks=[EarlyStopping("val_acc"), EarlyStopping("val_loss")], logger=False)
+
+
+def test_the_final_off_schedule_evaluation_neither_ranks_stops_nor_changes_the_stop_reason(tmp_path):
+    class StopsLate(Callback):
+        def on_evaluation_end(self, trainer, metrics):
+            if trainer.final_evaluation:
+                trainer.request_stop("too late")
+
+    checkpoint = ModelCheckpoint(monitor="val_acc", mode="max", save_top_k=2)
+    trainer = run(tmp_path, FedAsync(concurrency=3), max_versions=7, eval_every=2, callbacks=[StopsLate(), checkpoint])
+    assert trainer.history[-1]["version"] == 7 and trainer.summary["stop_reason"] == "max_versions"
+    on_disk = {str(p) for p in (tmp_path / "FedAsync").rglob("version=*.ckpt")}
+    assert on_disk == set(checkpoint.best_k_models)  # files and state agree
+    saved = torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=True)["lit_asyncfl"]["callbacks"]
+    assert set(saved[checkpoint.state_key]["best_k_models"]) == on_disk  # and so does the checkpoint
+
+
+def test_ctrl_c_stops_gracefully_even_after_a_callback_asked_to_stop(tmp_path):
+    import os
+    import signal
+
+    class CtrlC(Callback):
+        def __init__(self, request_first):
+            self.request_first = request_first
+
+        def on_new_version(self, trainer):
+            if trainer.simulator.server.version == 3:
+                if self.request_first:
+                    trainer.request_stop("mine")
+                os.kill(os.getpid(), signal.SIGINT)  # one Ctrl-C: a graceful stop, never an abort
+
+    previous = signal.getsignal(signal.SIGINT)
+    for request_first, reason in [(False, "interrupted"), (True, "mine")]:
+        out = tmp_path / reason
+        trainer = run(out, FedAsync(concurrency=3), max_versions=20, callbacks=[CtrlC(request_first)])
+        assert trainer.summary["stop_reason"] == reason and trainer.summary["versions"] == 3
+        assert next(out.rglob("last.ckpt")).is_file() and next(out.rglob("summary.json")).is_file()
+        assert signal.getsignal(signal.SIGINT) is previous  # the handler is restored

@@ -51,7 +51,7 @@ class Callback:
         return f"{type(self).__qualname__}{kwargs!r}"
 
     def on_fit_start(self, trainer: FederatedTrainer) -> None:
-        """Called when the run is built, before the first dispatch (or the restore of a checkpoint)."""
+        """Called when the run is built (and restored from its checkpoint, when resuming), before the first event."""
 
     def on_new_version(self, trainer: FederatedTrainer) -> None:
         """Called when the server has made a new global version (``trainer.simulator.server.version``)."""
@@ -74,6 +74,9 @@ class Callback:
 
     def on_save_checkpoint(self, trainer: FederatedTrainer, checkpoint: dict[str, Any]) -> None:
         """Called when a checkpoint is written; entries added to ``checkpoint`` are saved with it."""
+
+    def on_load_checkpoint(self, trainer: FederatedTrainer, checkpoint: dict[str, Any]) -> None:
+        """Called when a run resumes from ``checkpoint``, after every state was restored."""
 
     def state_dict(self) -> dict[str, Any]:
         """This callback's state to checkpoint (plain values and tensors)."""

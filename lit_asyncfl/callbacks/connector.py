@@ -69,6 +69,11 @@ class CallbackConnector(SimulationObserver):
         self.trainer = trainer
         self.callbacks = trainer.callbacks
         self.evaluation = trainer.evaluation
+        self._event_end: list[Callback] = []
+
+    def setup(self) -> None:
+        """Take the trainer's callbacks as they are at the start of a fit."""
+        self.callbacks = self.trainer.callbacks
         self._event_end = [cb for cb in self.callbacks if is_overridden("on_event_end", cb, Callback)]
 
     def call(self, hook: str, *args: Any) -> None:

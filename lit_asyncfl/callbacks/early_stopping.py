@@ -17,7 +17,8 @@ class EarlyStopping(Callback):
 
     Lightning's ``EarlyStopping``, counted in evaluations of the global model (every ``eval_every`` versions, and
     whenever the algorithm evaluates) instead of validation epochs. An evaluation improves when the metric beats
-    the best so far by more than ``min_delta``; after ``patience`` evaluations in a row without improvement the
+    the best so far by more than ``min_delta`` (the evaluation of the final model that a run adds when it ends
+    between two scheduled evaluations is not counted); after ``patience`` evaluations in a row without improvement the
     run stops at the next event boundary with ``stop_reason="early_stopping"``. Its state (best score, count) is
     checkpointed, so a resumed run keeps its patience.
 
@@ -89,6 +90,8 @@ class EarlyStopping(Callback):
         return self._generate_state_key(monitor=self.monitor, mode=self.mode)
 
     def on_evaluation_end(self, trainer: FederatedTrainer, metrics: dict[str, Any]) -> None:
+        if trainer.final_evaluation:
+            return  # the run is ending; a resumed run would not see this evaluation
         if self.monitor not in metrics:
             message = (
                 f"EarlyStopping(monitor={self.monitor!r}) found no such metric in the evaluation; the module logs: "
@@ -115,9 +118,7 @@ class EarlyStopping(Callback):
         better = self.monitor_op
         if self.check_finite and not math.isfinite(current):
             return True, f"{self.monitor} = {current} is not finite; the best value was {self.best_score:.4g}"
-        if self.stopping_threshold is not None and (
-            better(current, self.stopping_threshold) or current == self.stopping_threshold
-        ):
+        if self.stopping_threshold is not None and better(current, self.stopping_threshold):
             return (
                 True,
                 f"stopping threshold reached: {self.monitor} = {current:.4g} (threshold {self.stopping_threshold})",

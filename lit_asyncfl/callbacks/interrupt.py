@@ -28,14 +28,17 @@ class InterruptHandler(Callback):
     def __init__(self) -> None:
         self._previous: Any = None
         self._installed = False
+        self._interrupted = False
 
     def on_fit_start(self, trainer: FederatedTrainer) -> None:
+        self._interrupted = False
         if threading.current_thread() is not threading.main_thread():
             return
 
         def handler(signum: int, frame: Any) -> None:
-            if trainer.should_stop:  # second Ctrl-C: stop now
+            if self._interrupted:  # second Ctrl-C: stop now
                 raise KeyboardInterrupt
+            self._interrupted = True
             trainer.request_stop("interrupted")
             print("\nStopping at the next event boundary (Ctrl-C again to abort)...", flush=True)
 

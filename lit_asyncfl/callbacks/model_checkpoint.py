@@ -22,7 +22,10 @@ class ModelCheckpoint(Callback):
     ``eval_every`` versions) instead of validation epochs. Each file is a Lightning checkpoint of the global model
     at the evaluated version, so ``MyModule.load_from_checkpoint(callback.best_model_path)`` and
     ``lightning.Trainer().test(model, ckpt_path=...)`` work on it, and so does
-    ``FederatedTrainer.test(ckpt_path="best")``. These files hold the model, not the simulation (an evaluation
+    ``FederatedTrainer.test(ckpt_path="best")``. Ties rank as in Lightning (the oldest of equal scores is the best
+    and the first evicted). The evaluation a run adds of its final model when its budget ends between two
+    scheduled evaluations is not ranked (a resumed run would not see it; the final model is in ``last.ckpt``).
+    These files hold the model, not the simulation (an evaluation
     happens mid-event, where the simulation cannot be saved consistently); ``save_last=True`` also keeps
     ``last.ckpt`` in ``dirpath``: a resumable checkpoint of the whole run, written at the event boundary after each
     check and at the end. Its state (the best paths and scores) is checkpointed with the run: a resumed run ranks
@@ -74,6 +77,8 @@ class ModelCheckpoint(Callback):
                 f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None) has no metric to rank models by: set monitor, "
                 "or save_top_k to -1 (keep every check), 0 or 1 (keep the latest)"
             )
+        if save_last not in (None, True, False):
+            raise ValueError(f"save_last must be True, False or None, got {save_last!r}")
         if every_n_versions is not None and (
             isinstance(every_n_versions, bool) or not isinstance(every_n_versions, int) or every_n_versions < 1
         ):
@@ -107,6 +112,8 @@ class ModelCheckpoint(Callback):
             self.dirpath = os.path.join(trainer.log_dir, "checkpoints")
 
     def on_evaluation_end(self, trainer: FederatedTrainer, metrics: dict[str, Any]) -> None:
+        if trainer.final_evaluation:
+            return  # not ranked: a resumed run never sees it (the final state is in the run's last.ckpt)
         version = int(metrics["version"])
         if self._last_checked is not None and (
             version == self._last_checked
@@ -172,17 +179,22 @@ class ModelCheckpoint(Callback):
         if not math.isfinite(score):  # as Lightning: a non-finite score ranks worst
             score = math.inf if self.mode == "min" else -math.inf
         better = self.mode_dict[self.mode]
+        worst, best = (max, min) if self.mode == "min" else (min, max)
         full = self.save_top_k != -1 and len(self.best_k_models) >= self.save_top_k
         if full and not better(score, self.best_k_models[self.kth_best_model_path]):
             return
+        evicted = self.kth_best_model_path if full else None
+        if evicted is not None:
+            del self.best_k_models[evicted]
         path = self._path(metrics)
         trainer.save_checkpoint(path, weights_only=True)
-        if full:
-            self._remove(self.kth_best_model_path)
+        if evicted is not None and evicted != path:  # a fixed file name overwrites in place
+            self._remove(evicted)
         self.best_k_models[path] = score
-        ranked = sorted(self.best_k_models, key=self.best_k_models.__getitem__, reverse=self.mode == "max")
-        self.best_model_path, self.kth_best_model_path = ranked[0], ranked[-1]
-        self.best_model_score = self.best_k_models[ranked[0]]
+        # as Lightning: among equal scores the oldest counts as the k-th (evicted first) and as the best
+        self.kth_best_model_path = worst(self.best_k_models, key=self.best_k_models.__getitem__)
+        self.best_model_path = best(self.best_k_models, key=self.best_k_models.__getitem__)
+        self.best_model_score = self.best_k_models[self.best_model_path]
         self._say(f"version {metrics['version']}: {self.monitor}={score:.4g}, saved {path}")
 
     def _save_last(self, trainer: FederatedTrainer) -> None:
@@ -192,9 +204,11 @@ class ModelCheckpoint(Callback):
         self._last_pending = False
 
     def _remove(self, path: str) -> None:
-        """Drop ``path`` from the ranking; delete the file only when it is in this callback's directory."""
+        """Drop ``path`` from the ranking; delete the file only when it is under this callback's directory."""
         self.best_k_models.pop(path, None)
-        if path and self.dirpath is not None and Path(path).parent == Path(self.dirpath) and Path(path).is_file():
+        if not path or self.dirpath is None or not Path(path).is_file():
+            return
+        if Path(path).resolve().is_relative_to(Path(self.dirpath).resolve()):
             os.remove(path)
 
     def _say(self, message: str) -> None:
