@@ -9,64 +9,13 @@ from collections.abc import Iterable
 from typing import Any
 
 import lightning as L
-import torch
-import torch.nn.functional as F
 from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
-from torchmetrics import Metric
-from torchmetrics.functional.classification import multiclass_accuracy
+from torch.utils.data import DataLoader
 
 from lit_asyncfl.checks import check, check_int
-from lit_asyncfl.data.shards import _to_device
-
-
-def _batch_size(batch: Any) -> int:
-    if isinstance(batch, Tensor):
-        return len(batch)
-    if isinstance(batch, (list, tuple)) and batch:
-        return _batch_size(batch[0])
-    if isinstance(batch, dict) and batch:
-        return _batch_size(next(iter(batch.values())))
-    return 1
-
-
-def _scalar(value: Any) -> float:
-    return float(value.detach().float().mean()) if isinstance(value, Tensor) else float(value)
-
-
-class _LogCapture:
-    """Stands in for ``LightningModule.log``, reducing over the evaluation set as Lightning does at epoch end.
-
-    Logged tensors and numbers are averaged weighted by batch size; a logged torchmetrics ``Metric`` (which
-    accumulates its own state in ``update``/``forward``) is computed once at the end and then reset.
-    """
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.counts: dict[str, float] = {}
-        self.metrics: dict[str, Metric] = {}
-        self.batch_size = 1
-
-    def log(self, name: str, value: Any, *args: Any, batch_size: int | None = None, **kwargs: Any) -> None:
-        if isinstance(value, Metric):
-            self.metrics[name] = value
-            return
-        n = batch_size if batch_size is not None else self.batch_size
-        self.sums[name] = self.sums.get(name, 0.0) + _scalar(value) * n
-        self.counts[name] = self.counts.get(name, 0.0) + n
-
-    def log_dict(self, values: dict[str, Any], *args: Any, **kwargs: Any) -> None:
-        for name, value in values.items():
-            self.log(name, value, *args, **kwargs)
-
-    def means(self) -> dict[str, float]:
-        out = {k: self.sums[k] / self.counts[k] for k in self.sums}
-        for name, metric in self.metrics.items():
-            out[name] = _scalar(metric.compute())
-            metric.reset()
-        return out
+from lit_asyncfl.validation_loop import run_evaluation
 
 
 def find_metric_name(metrics: dict[str, Any], kind: str) -> str | None:
@@ -101,43 +50,38 @@ def find_metric(metrics: dict[str, float], kind: str) -> float | None:
     return None if name is None else metrics[name]
 
 
-@torch.no_grad()
 def evaluate(module: L.LightningModule, batches: Iterable[Any], stage: str = "val") -> dict[str, float]:
-    """Evaluate ``module`` over ``batches`` and return the batch-size weighted mean of every logged value.
-
-    Calls ``validation_step`` (``stage="val"``) or ``test_step`` (``stage="test"``) when the module defines it,
-    with ``self.log`` captured; a module without one is scored as a classifier from its forward logits
-    (cross-entropy ``{stage}_loss`` and torchmetrics accuracy ``{stage}_acc``).
+    """Evaluate ``module`` over one dataloader's ``batches`` with Lightning's evaluation loop
+    (:func:`~lit_asyncfl.validation_loop.run_evaluation`) and return what it logged.
 
     Example:
+        >>> import torch
         >>> from lit_asyncfl.models import LogisticRegression
         >>> m = LogisticRegression(input_dim=4, num_classes=2)
         >>> out = evaluate(m, [[torch.zeros(3, 4), torch.tensor([0, 1, 1])]])
         >>> sorted(out)
         ['val_acc', 'val_loss']
     """
-    step_name = "validation_step" if stage == "val" else f"{stage}_step"
-    was_training = module.training
-    module.eval()
-    capture = _LogCapture()
-    has_step = is_overridden(step_name, module, L.LightningModule)
-    module.log, module.log_dict = capture.log, capture.log_dict  # type: ignore[method-assign]
-    try:
-        for batch_idx, batch in enumerate(batches):
-            batch = _to_device(batch, module.device)
-            capture.batch_size = _batch_size(batch)
-            if has_step:
-                getattr(module, step_name)(batch, batch_idx)
-            else:
-                x, y = batch[0], batch[1]
-                logits = module(x)
-                capture.log(f"{stage}_loss", F.cross_entropy(logits, y))
-                acc = multiclass_accuracy(logits, y, num_classes=logits.shape[-1], average="micro")
-                capture.log(f"{stage}_acc", acc)
-    finally:
-        del module.log, module.log_dict
-        module.train(was_training)
-    return capture.means()
+    return run_evaluation(module, [batches], stage)[0]
+
+
+def as_dataloaders(loaders: Any) -> list[Any]:
+    """What ``val_dataloader``/``test_dataloader`` returned, as a list of dataloaders (a list, tuple or dict of them
+    is several, in order, as Lightning's sequential evaluation reads them).
+
+    Example:
+        >>> len(as_dataloaders([[1], [2]])), len(as_dataloaders({"a": [1]}))
+        (2, 1)
+    """
+    if isinstance(loaders, dict):
+        return list(loaders.values())
+    if isinstance(loaders, (list, tuple)) and loaders and all(_is_loader(x) for x in loaders):
+        return list(loaders)
+    return [loaders]
+
+
+def _is_loader(obj: Any) -> bool:
+    return isinstance(obj, (DataLoader, list, tuple)) and not isinstance(obj, Tensor)
 
 
 def eval_loader(dm: L.LightningDataModule) -> Any:
@@ -157,24 +101,24 @@ def eval_loader(dm: L.LightningDataModule) -> Any:
 
 def evaluate_stage(
     module: L.LightningModule, datamodule: L.LightningDataModule, stage: str, verbose: bool = True
-) -> dict[str, float]:
+) -> list[dict[str, float]]:
     """``validate`` or ``test`` ``module`` on the data module's validation or test loader, printing the results
-    table as ``lightning.Trainer`` does when ``verbose``.
+    table as ``lightning.Trainer`` does when ``verbose``; one dict of metrics per dataloader.
 
     Example:
         >>> from lit_asyncfl.data import DigitsDataModule
         >>> from lit_asyncfl.models import LogisticRegression
-        >>> sorted(evaluate_stage(LogisticRegression(input_dim=64), DigitsDataModule(), "test", verbose=False))
+        >>> sorted(evaluate_stage(LogisticRegression(input_dim=64), DigitsDataModule(), "test", verbose=False)[0])
         ['test_acc', 'test_loss']
     """
     if stage not in ("validate", "test"):
         raise ValueError(f"stage must be 'validate' or 'test', got {stage!r}")
     datamodule.setup(stage)
-    loader = datamodule.val_dataloader() if stage == "validate" else datamodule.test_dataloader()
-    metrics = evaluate(module, loader, "val" if stage == "validate" else "test")
+    loaders = as_dataloaders(datamodule.val_dataloader() if stage == "validate" else datamodule.test_dataloader())
+    results = run_evaluation(module, loaders, "val" if stage == "validate" else "test")
     if verbose:
-        _EvaluationLoop._print_results([metrics], stage)
-    return metrics
+        _EvaluationLoop._print_results(results, stage)
+    return results
 
 
 MODES = ("max", "min")
@@ -234,8 +178,11 @@ class GlobalEvaluation:
         self._load: Any = None
         self._wall_seconds: Any = None
 
-    def setup(self, model: L.LightningModule, load_weights: Any, batches: list[Any] | None, wall_seconds: Any) -> None:
-        """Bind to a fit: the module, how to load flat weights into it, the evaluation batches, a wall clock."""
+    def setup(
+        self, model: L.LightningModule, load_weights: Any, batches: list[list[Any]] | None, wall_seconds: Any
+    ) -> None:
+        """Bind to a fit: the module, how to load flat weights into it, each validation dataloader's batches (read
+        once), a wall clock."""
         self._model, self._load, self.batches, self._wall_seconds = model, load_weights, batches, wall_seconds
         self.history = []
         self.monitor_name, self._resolved = self.monitor, False
@@ -266,7 +213,7 @@ class GlobalEvaluation:
         assert self._model is not None
         server = sim.server
         self._load(server.weights)
-        metrics = evaluate(self._model, self.batches, "val")
+        metrics = {k: v for result in run_evaluation(self._model, self.batches, "val") for k, v in result.items()}
         self._resolve(metrics)
         stats = server.stats
         row: dict[str, Any] = {

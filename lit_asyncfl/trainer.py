@@ -24,6 +24,7 @@ from lit_asyncfl.algorithms import Algorithm, get_algorithm
 from lit_asyncfl.callbacks import Callback, ModelCheckpoint, RunCheckpoint
 from lit_asyncfl.callbacks.connector import CallbackConnector, configure_callbacks
 from lit_asyncfl.checks import check, check_int
+from lit_asyncfl.client.contract import check_lightning_contract
 from lit_asyncfl.client.engines import DEFAULT_NUM_THREADS, build_executor, check_engine, resolve_device
 from lit_asyncfl.client.trainer import SequentialExecutor
 from lit_asyncfl.core.flat import FlatParameters
@@ -32,7 +33,7 @@ from lit_asyncfl.core.simulator import Simulator, sample_profiles
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
 from lit_asyncfl.devices import DeviceModel, UniformRatio
-from lit_asyncfl.evaluation import GlobalEvaluation, eval_loader, evaluate_stage
+from lit_asyncfl.evaluation import GlobalEvaluation, as_dataloaders, eval_loader, evaluate_stage
 from lit_asyncfl.hparams import run_fingerprint, run_hyperparameters
 from lit_asyncfl.loggers import log_dir_of, resolve_loggers
 from lit_asyncfl.reporting import run_summary
@@ -364,6 +365,7 @@ class FederatedTrainer:
         self._user_datamodule = datamodule
         ckpt.check_hparams_loadable(model)
         ckpt.check_hparams_loadable(datamodule)
+        check_lightning_contract(model, self.engine)
         algo = self.algorithm
         fraction = max((cb.server_data_fraction for cb in algo.server_callbacks), default=0.0)
         server_set = dm.split_server_data(fraction, self.seed)  # before the clients' partition
@@ -402,6 +404,7 @@ class FederatedTrainer:
             num_samples=[shards.num_samples(c) for c in range(self.num_clients)],
             local_epochs=self.local_epochs,
             batch_size=dm.batch_size,
+            drop_last=dm.drop_last,
             seed=self.seed,
             model_bytes=flat.nbytes,
             client_callbacks=algo.client_callbacks,
@@ -409,8 +412,9 @@ class FederatedTrainer:
             evaluator=lambda: hooks.current_metrics(sim),
             observers=[hooks],
         )
-        loader = eval_loader(dm)
-        self.evaluation.setup(model, flat.load, list(loader) if loader is not None else None, self._wall_seconds)
+        loaders = eval_loader(dm)
+        batches = [list(loader) for loader in as_dataloaders(loaders)] if loaders is not None else None
+        self.evaluation.setup(model, flat.load, batches, self._wall_seconds)
         self._final_state = None
         self._hooks.setup()
         self._fingerprint = run_fingerprint(self, model, flat.numel, dm)
@@ -497,7 +501,7 @@ class FederatedTrainer:
                 UserWarning,
                 stacklevel=3,
             )
-        return [evaluate_stage(model.to(self.device), dm, stage, verbose)]
+        return evaluate_stage(model.to(self.device), dm, stage, verbose)
 
     def _resolve_ckpt_path(self, ckpt_path: str) -> str:
         if ckpt_path == "last":

@@ -211,13 +211,16 @@ def test_tensor_dataset_shards_do_not_copy_per_client():
     assert shards.inputs.data_ptr() == x.data_ptr()  # one resident copy, indexed per batch
 
 
-def test_generic_dataset_keeps_float_targets():
-    from lit_asyncfl.data.shards import dataset_tensors
+def test_a_generic_dataset_is_batched_as_its_dataloader_batches_it():
+    from torch.utils.data import DataLoader
 
-    targets = [0.6, 0.85, 1.1, 1.35]
-    _, y = dataset_tensors(ListDataset(torch.zeros(4, 2), targets))
-    assert y.dtype == torch.float32 and torch.allclose(y, torch.tensor(targets))
-    _, y_int = dataset_tensors(ListDataset(torch.zeros(3, 2), [2, 0, 1]))
-    assert y_int.dtype == torch.int64 and y_int.tolist() == [2, 0, 1]
+    from lit_asyncfl.data.shards import DatasetShards, dataset_tensors
+
+    for targets in ([0.6, 0.85, 1.1, 1.35], [2, 0, 1, 3]):
+        data = ListDataset(torch.arange(8.0).view(4, 2), targets)
+        assert dataset_tensors(data) is None  # never cached: its __getitem__ runs at every draw
+        ours = next(DatasetShards(data, [np.arange(4)]).batches(0, 4, torch.Generator().manual_seed(0)))
+        theirs = next(iter(DataLoader(data, batch_size=4)))
+        assert ours[1].dtype == theirs[1].dtype and sorted(ours[1].tolist()) == sorted(theirs[1].tolist())
     _, y_tensor = dataset_tensors(TensorDataset(torch.zeros(2, 1), torch.tensor([0.5, 1.5])))
     assert y_tensor.tolist() == [0.5, 1.5]

@@ -136,7 +136,7 @@ def test_the_distillation_set_is_held_out_of_clients_and_evaluation(tmp_path):
     server_rows = rows(server_x)
     assert not server_rows & rows(train_x)  # no client has them
     assert not server_rows & rows(test_x)  # evaluation never sees them
-    assert not server_rows & rows(torch.cat([b[0] for b in trainer.evaluation.batches]))
+    assert not server_rows & rows(torch.cat([b[0] for loader in trainer.evaluation.batches for b in loader]))
 
 
 def test_distillation_time_delays_the_new_version_and_queues_later_arrivals(tmp_path):

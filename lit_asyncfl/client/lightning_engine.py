@@ -118,7 +118,7 @@ def _quiet_lightning() -> Iterator[None]:
 class LightningLocalTrainer(LocalEngine):
     """Runs each client update with a fresh ``lightning.Trainer`` (the ``lightning`` engine).
 
-    For modules that need the full Trainer: their own callbacks (``configure_callbacks``), ``self.log``,
+    For modules that need the full Trainer: ``self.log``,
     ``self.trainer``, hooks such as ``on_train_epoch_end``, manual optimization (tested against a raw loop). The
     job is the same as in the ``fast`` engine (:class:`~lit_asyncfl.client.trainer.LocalTrainer`): one reused
     module whose weights are loaded with one flat copy, the job's seeds set the same way, and the Trainer is fed
@@ -191,6 +191,7 @@ class LightningLocalTrainer(LocalEngine):
         ``job.request_step`` steps (as in the ``fast`` engine).
         """
         self.flat.load(start_weights)
+        self.reset_metrics()
         self.module.train()
         torch.default_generator.manual_seed(job.seed)
         if self.device.type == "cuda":

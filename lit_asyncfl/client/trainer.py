@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
+from torchmetrics import Metric
 
 from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.client.kernels import OneDNN
@@ -87,6 +88,13 @@ class LocalEngine:
         self.batch_size = batch_size
         self.callbacks = list(callbacks)
         self.onednn = onednn
+        #: The module's torchmetrics objects, reset at the start of every job (as each Lightning fit starts anew).
+        self.metrics = [m for m in self.module.modules() if isinstance(m, Metric)]
+
+    def reset_metrics(self) -> None:
+        """Reset the module's metric objects: a job never sees (or keeps in memory) another job's updates."""
+        for metric in self.metrics:
+            metric.reset()
 
 
 class LocalTrainer(LocalEngine):
@@ -135,6 +143,7 @@ class LocalTrainer(LocalEngine):
     def _train(self, job: ClientJob, start_weights: Tensor, fresh: tuple[Tensor, int] | None) -> ClientUpdate:
         module = self.module
         self.flat.load(start_weights)
+        self.reset_metrics()
         module.train()
         # Seed every generator user code may draw from, from the job's own seed, so a job's result does not
         # depend on what ran before it. (torch.manual_seed would also walk every lazy accelerator backend:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,20 +15,24 @@ from lit_asyncfl.core.clock import Event, EventQueue
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
+from lit_asyncfl.data.shards import steps_per_epoch
 from lit_asyncfl.devices import DeviceModel, DeviceProfiles
 from lit_asyncfl.schedulers.base import Scheduler
 
 
-def samples_before_step(num_samples: int, batch_size: int, step: int) -> int:
-    """Training samples processed by the first ``step`` local steps (epochs of ``ceil(n / batch_size)`` steps).
+def samples_before_step(num_samples: int, batch_size: int, step: int, drop_last: bool = False) -> int:
+    """Training samples processed by the first ``step`` local steps (epochs of :func:`steps_per_epoch` steps).
 
     Example:
         >>> samples_before_step(25, 10, 3), samples_before_step(25, 10, 4), samples_before_step(25, 10, 6)
         (25, 35, 50)
+        >>> samples_before_step(25, 10, 3, drop_last=True)  # epochs of 2 steps, 20 samples
+        30
     """
-    per_epoch = math.ceil(num_samples / batch_size)
+    per_epoch = steps_per_epoch(num_samples, batch_size, drop_last)
+    epoch_samples = per_epoch * batch_size if drop_last else num_samples
     epochs, within = divmod(step, per_epoch)
-    return epochs * num_samples + min(within * batch_size, num_samples)
+    return epochs * epoch_samples + min(within * batch_size, num_samples)
 
 
 def sample_profiles(device_model: DeviceModel, num_clients: int, seed: int) -> DeviceProfiles:
@@ -71,6 +74,7 @@ class Simulator:
         model_bytes: Bytes of one model transfer.
         client_callbacks: Client callbacks (their state is checkpointed with the simulation).
         profiles: The clients' device profiles, when drawn beforehand (see :func:`sample_profiles`).
+        drop_last: Local epochs drop their last incomplete batch (fewer steps and samples per job).
         evaluator: Evaluates the current global model and returns its metrics (see :meth:`evaluate`).
         observers: Told of each new global version and of the metrics schedulers log.
     """
@@ -88,6 +92,7 @@ class Simulator:
         model_bytes: int,
         client_callbacks: Sequence[ClientCallback] = (),
         profiles: DeviceProfiles | None = None,
+        drop_last: bool = False,
         evaluator: Callable[[], dict[str, Any]] | None = None,
         observers: Sequence[SimulationObserver] = (),
     ) -> None:
@@ -99,6 +104,7 @@ class Simulator:
         self.num_samples = np.asarray(num_samples, dtype=np.int64)
         self.local_epochs = local_epochs
         self.batch_size = batch_size
+        self.drop_last = drop_last
         self.seed = seed
         self.model_bytes = model_bytes
         self.client_callbacks = list(client_callbacks)
@@ -160,7 +166,8 @@ class Simulator:
         job_id = self.next_job_id
         self.next_job_id += 1
         n = int(self.num_samples[client])
-        work = n * self.local_epochs
+        per_epoch = steps_per_epoch(n, self.batch_size, self.drop_last)
+        work = (per_epoch * self.batch_size if self.drop_last else n) * self.local_epochs
         if timing is None:
             timing = self.device_model.job_timing(self.profiles, client, work, self.model_bytes, self.rng)
         job = ClientJob(
@@ -171,7 +178,7 @@ class Simulator:
             timing=timing,
             seed=derive_seed(self.seed, client, job_id),
             local_epochs=self.local_epochs,
-            num_steps=self.local_epochs * math.ceil(n / self.batch_size),
+            num_steps=self.local_epochs * per_epoch,
         )
         steps = [k for cb in self.client_callbacks if (k := cb.request_step(job)) is not None]  # ask every one
         if steps:
@@ -179,7 +186,7 @@ class Simulator:
             if not 1 <= step <= job.num_steps:
                 raise ValueError(f"request_step must be in [1, {job.num_steps}] for client {client}, got {step}")
             job.request_step = step
-            job.request_fraction = samples_before_step(n, self.batch_size, step) / work
+            job.request_fraction = samples_before_step(n, self.batch_size, step, self.drop_last) / work
         else:
             job.arrival_time = self.now + timing.total
         self.busy[client] = True

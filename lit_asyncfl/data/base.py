@@ -102,6 +102,10 @@ class FederatedDataModule(L.LightningDataModule):
         self.train_groups: np.ndarray | None = None
         #: Samples per client and class of the last :meth:`client_shards` split.
         self.partition_counts: np.ndarray | None = None
+        #: Drop each client epoch's last incomplete batch (a wrapped ``DataLoader``'s ``drop_last``).
+        self.drop_last = False
+        #: ``sample -> label`` for label-based partitions of datasets without ``targets`` (``None``: found).
+        self.label_fn: Any = None
         self._full_train_set: Dataset | None = None
         self._full_train_groups: np.ndarray | None = None
 
@@ -205,7 +209,7 @@ class FederatedDataModule(L.LightningDataModule):
         """Split the training set among ``num_clients`` clients with the partitioner, seeded by ``seed``
         (``slowness``: each client's device slowness, for partitions that place data by speed)."""
         train = self._require("train_set")
-        shards = split_dataset(
+        shards, labels = split_dataset(
             train,
             self.partitioner,
             num_clients,
@@ -215,9 +219,14 @@ class FederatedDataModule(L.LightningDataModule):
             slowness,
             groups=self.train_groups,
             transform=self.client_transform(),
+            drop_last=self.drop_last,
+            label_fn=self.label_fn,
         )
-        targets = shards.targets.cpu().numpy() if isinstance(shards, ClientShards) else dataset_targets(train)
-        self.partition_counts = partition_counts(targets, shards.indices_numpy(), getattr(self, "num_classes", None))
+        self.partition_counts = partition_counts(
+            labels if labels is not None else np.zeros(len(train), dtype=np.float64),  # type: ignore[arg-type]
+            shards.indices_numpy(),
+            getattr(self, "num_classes", None),
+        )
         return shards
 
 
@@ -231,26 +240,44 @@ def split_dataset(
     slowness: np.ndarray | None = None,
     groups: np.ndarray | None = None,
     transform: Any = None,
-) -> ClientShards | DatasetShards:
-    """Partition ``dataset`` and keep it resident as tensors when it fits, else behind a ``DataLoader``
-    (``transform``: the per-batch transform of resident inputs, see :class:`ClientShards`)."""
+    drop_last: bool = False,
+    label_fn: Any = None,
+) -> tuple[ClientShards | DatasetShards, np.ndarray | None]:
+    """Partition ``dataset``: resident tensors for a static tensor dataset, else read through a ``DataLoader`` at
+    every draw (``transform``: the per-batch transform of resident inputs, see :class:`ClientShards`). Returns the
+    shards and the samples' labels (``None`` when the partition needs none and the dataset has none)."""
     rng = np.random.default_rng([seed, 0x9A27])  # a stream of its own: the split does not move other draws
-    tensors = dataset_tensors(dataset)
-    targets = tensors[1].cpu().numpy() if tensors is not None else dataset_targets(dataset)
-    indices = partitioner(targets, num_clients, rng, slowness, groups)
+    tensors = dataset_tensors(dataset) if label_fn is None else None
     if tensors is not None:
-        return ClientShards(tensors[0], tensors[1], indices, device, transform)
-    return DatasetShards(dataset, indices, device, collate_fn, transform)
+        labels: np.ndarray | None = tensors[1].cpu().numpy()
+    elif partitioner.needs_labels:
+        labels = dataset_targets(dataset, label_fn)
+    else:
+        try:
+            labels = dataset_targets(dataset, label_fn)
+        except ValueError:
+            labels = None  # e.g. an IID split of unlabelled samples
+    n = len(dataset)  # type: ignore[arg-type]
+    indices = partitioner(labels if labels is not None else np.zeros(n, dtype=np.int64), num_clients, rng, slowness,
+                          groups)  # fmt: skip
+    if tensors is None and dataset_tensors(dataset) is not None:  # a label function over a tensor dataset
+        tensors = dataset_tensors(dataset)
+    if tensors is not None:
+        return ClientShards(tensors[0], tensors[1], indices, device, transform, drop_last), labels
+    return DatasetShards(dataset, indices, device, collate_fn, transform, drop_last), labels
 
 
 class PartitionedDataModule(FederatedDataModule):
     """Make any ``LightningDataModule`` federated: its training set is split among clients by a partitioner.
 
     Args:
-        datamodule: The user's data module (its ``train_dataloader().dataset`` is partitioned; its validation and
-            test loaders are used as they are).
+        datamodule: The user's data module (its ``train_dataloader().dataset`` is partitioned, in batches of that
+            loader's ``batch_size``, with its ``collate_fn`` and ``drop_last``; its validation and test loaders are
+            used as they are).
         partition: See :class:`FederatedDataModule`.
         alpha: Dirichlet concentration.
+        labels: ``sample -> label`` for label-based partitions when the dataset has no ``targets``/``labels``
+            attribute and its samples are neither ``(input, label)`` pairs nor dicts with a ``label`` key.
 
     Example:
         >>> from torch.utils.data import TensorDataset
@@ -264,10 +291,17 @@ class PartitionedDataModule(FederatedDataModule):
     """
 
     def __init__(
-        self, datamodule: L.LightningDataModule, partition: str | Partitioner = "iid", alpha: float | None = None
+        self,
+        datamodule: L.LightningDataModule,
+        partition: str | Partitioner = "iid",
+        alpha: float | None = None,
+        labels: Any = None,
     ) -> None:
         super().__init__(partition=partition, alpha=alpha)
+        if labels is not None and not callable(labels):
+            raise ValueError(f"labels must be a function sample -> label, or None, got {labels!r}")
         self.datamodule = datamodule
+        self.label_fn = labels
 
     def prepare_data(self) -> None:
         self.datamodule.prepare_data()
@@ -278,6 +312,7 @@ class PartitionedDataModule(FederatedDataModule):
             loader = self.datamodule.train_dataloader()
             self.train_set = loader.dataset
             self.batch_size = loader.batch_size or self.batch_size
+            self.drop_last = bool(loader.drop_last)
             inner = self.datamodule
             # a federated inner module's loader prepares inputs; the clients' transform does that here instead
             self.collate_fn = inner.collate_fn if isinstance(inner, FederatedDataModule) else loader.collate_fn

@@ -8,10 +8,20 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+from torch.utils.data import Dataset, Subset, TensorDataset, default_collate
 
-#: Datasets up to this many bytes (inputs + targets) are materialised as resident tensors.
-RESIDENT_BYTES_LIMIT = 2 * 1024**3
+#: Keys under which a dict sample's label is looked for (label-based partitions).
+LABEL_KEYS = ("label", "labels", "target", "targets", "y")
+
+
+def steps_per_epoch(num_samples: int, batch_size: int, drop_last: bool = False) -> int:
+    """Local steps in one epoch over ``num_samples`` samples, as a ``DataLoader`` with ``drop_last`` counts them.
+
+    Example:
+        >>> steps_per_epoch(25, 10), steps_per_epoch(25, 10, drop_last=True)
+        (3, 2)
+    """
+    return num_samples // batch_size if drop_last else -(-num_samples // batch_size)
 
 
 class ClientShards:
@@ -28,6 +38,7 @@ class ClientShards:
         device: Where the tensors live during training.
         transform: ``(inputs, generator) -> inputs`` applied to every gathered batch, drawing any randomness
             (e.g. random crops) from the job's generator so runs stay reproducible.
+        drop_last: Drop each epoch's last incomplete batch (as the user's ``DataLoader(drop_last=True)``).
 
     Example:
         >>> shards = ClientShards(torch.arange(6.0).view(6, 1), torch.arange(6), [np.array([0, 1, 2]), np.array([5])])
@@ -45,6 +56,7 @@ class ClientShards:
         indices: Sequence[np.ndarray],
         device: torch.device | str = "cpu",
         transform: Callable[[Tensor, torch.Generator], Tensor] | None = None,
+        drop_last: bool = False,
     ) -> None:
         if len(inputs) != len(targets):
             raise ValueError(f"inputs and targets differ in length: {len(inputs)} != {len(targets)}")
@@ -54,6 +66,7 @@ class ClientShards:
         self.indices = [torch.as_tensor(np.asarray(i, dtype=np.int64), device=self.device) for i in indices]
         self._sizes = np.array([len(i) for i in indices], dtype=np.int64)
         self.transform = transform
+        self.drop_last = drop_last
 
     @property
     def num_clients(self) -> int:
@@ -69,17 +82,21 @@ class ClientShards:
         return [i.cpu().numpy() for i in self.indices]
 
     def batches(self, client: int, batch_size: int, generator: torch.Generator) -> Iterator[list[Tensor]]:
-        """One epoch of shuffled ``[inputs, targets]`` batches of a client (the last batch may be smaller)."""
+        """One epoch of shuffled ``[inputs, targets]`` batches of a client (the last batch may be smaller, unless
+        ``drop_last``)."""
         idx = self.indices[client]
         order = idx[torch.randperm(len(idx), generator=generator).to(self.device)]
-        for start in range(0, len(order), batch_size):
+        end = steps_per_epoch(len(order), batch_size, self.drop_last) * batch_size
+        for start in range(0, min(end, len(order)), batch_size):
             chunk = order[start : start + batch_size]
             inputs = self.inputs[chunk]
             yield [inputs if self.transform is None else self.transform(inputs, generator), self.targets[chunk]]
 
 
 class DatasetShards:
-    """Client shards read through a ``DataLoader`` over a ``Subset`` (for datasets too large to keep resident).
+    """Client shards read from the dataset at every draw: every sample is read (and randomly transformed, e.g. by
+    torchvision transforms, from the job's seeded generators) afresh each time a job draws it, as a ``DataLoader``
+    with ``num_workers=0`` reads it under ``lightning.Trainer``.
 
     Args:
         dataset: The training dataset.
@@ -88,6 +105,7 @@ class DatasetShards:
         collate_fn: Collate function of the original training ``DataLoader``, if any.
         transform: ``(inputs, generator) -> inputs`` applied to the first element of every ``[inputs, ...]`` batch
             (see :class:`ClientShards`).
+        drop_last: Drop each epoch's last incomplete batch.
     """
 
     def __init__(
@@ -97,8 +115,10 @@ class DatasetShards:
         device: torch.device | str = "cpu",
         collate_fn: Any = None,
         transform: Callable[[Tensor, torch.Generator], Tensor] | None = None,
+        drop_last: bool = False,
     ) -> None:
         self.transform = transform
+        self.drop_last = drop_last
         self.dataset = dataset
         self.indices = [np.asarray(i, dtype=np.int64) for i in indices]
         self.device = torch.device(device)
@@ -118,15 +138,15 @@ class DatasetShards:
         return self.indices
 
     def batches(self, client: int, batch_size: int, generator: torch.Generator) -> Iterator[Any]:
-        """One epoch of shuffled batches of a client, moved to the device."""
-        loader = DataLoader(
-            Subset(self.dataset, self.indices[client].tolist()),
-            batch_size=batch_size,
-            shuffle=True,
-            generator=generator,
-            collate_fn=self.collate_fn,
-        )
-        for batch in loader:
+        """One epoch of shuffled batches of a client, moved to the device: the same order as :class:`ClientShards`
+        draws from ``generator`` (so a dataset holding the same tensors gives the same run), each sample read with
+        ``dataset[i]`` and the batch made by the loader's ``collate_fn`` (PyTorch's default collate otherwise)."""
+        idx = self.indices[client]
+        order = idx[torch.randperm(len(idx), generator=generator).numpy()]
+        end = steps_per_epoch(len(order), batch_size, self.drop_last) * batch_size
+        collate = self.collate_fn if self.collate_fn is not None else default_collate
+        for start in range(0, min(end, len(order)), batch_size):
+            batch = collate([self.dataset[int(i)] for i in order[start : start + batch_size]])
             batch = _to_device(batch, self.device)
             if self.transform is not None:
                 if not (isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], Tensor)):
@@ -146,10 +166,9 @@ def _to_device(batch: Any, device: torch.device) -> Any:
 
 
 def dataset_tensors(dataset: Dataset) -> tuple[Tensor, Tensor] | None:
-    """The dataset as ``(inputs, targets)`` tensors, or ``None`` when it is not a small (input, label) dataset.
-
-    ``TensorDataset`` (and ``Subset`` of one) is used directly; any other map-style dataset of
-    ``(tensor, label)`` pairs is read once, if it fits in :data:`RESIDENT_BYTES_LIMIT`.
+    """The dataset as resident ``(inputs, targets)`` tensors when it is static by construction — a two-tensor
+    ``TensorDataset`` or a ``Subset`` of one — else ``None``: any other dataset is read through a ``DataLoader`` at
+    every draw, so its random transforms are re-drawn as under ``lightning.Trainer`` (never frozen by caching).
     """
     if isinstance(dataset, TensorDataset) and len(dataset.tensors) == 2:
         return dataset.tensors[0], dataset.tensors[1]
@@ -158,31 +177,44 @@ def dataset_tensors(dataset: Dataset) -> tuple[Tensor, Tensor] | None:
         if base is not None:
             idx = torch.as_tensor(list(dataset.indices), dtype=torch.long)
             return base[0][idx], base[1][idx]
-        return None
-    try:
-        n = len(dataset)  # type: ignore[arg-type]
-        first = dataset[0]
-    except Exception:
-        return None
-    if not (isinstance(first, (tuple, list)) and len(first) == 2 and isinstance(first[0], Tensor)):
-        return None
-    label = first[1]
-    if not (isinstance(label, (int, float)) or (isinstance(label, Tensor) and label.numel() == 1)):
-        return None
-    if n * first[0].numel() * first[0].element_size() > RESIDENT_BYTES_LIMIT:
-        return None
-    items = [dataset[i] for i in range(n)]
-    inputs = torch.stack([item[0] for item in items])
-    targets = torch.stack([torch.as_tensor(item[1]).reshape(()) for item in items])  # keeps the label dtype
-    return inputs, targets
+    return None
 
 
-def dataset_targets(dataset: Dataset) -> np.ndarray:
-    """Labels of every sample (from ``targets``/``labels`` attributes, tensors, or by reading)."""
-    tensors = dataset_tensors(dataset) if isinstance(dataset, (TensorDataset, Subset)) else None
-    if tensors is not None:
+def _sample_label(sample: Any) -> Any:
+    if isinstance(sample, dict):
+        for key in LABEL_KEYS:
+            if key in sample:
+                return sample[key]
+        raise KeyError(f"no label key among {list(LABEL_KEYS)} (keys: {sorted(sample)})")
+    if isinstance(sample, (tuple, list)) and len(sample) >= 2:
+        return sample[1]
+    raise TypeError(f"a {type(sample).__name__} sample is neither (input, label, ...) nor a dict")
+
+
+def dataset_targets(dataset: Dataset, label_fn: Callable[[Any], Any] | None = None) -> np.ndarray:
+    """Labels of every sample, for label-based partitions: ``label_fn(sample)`` when given, else the dataset's
+    ``targets``/``labels`` attribute, else each sample's second element or its ``label``-like key.
+
+    Raises:
+        ValueError: No labels can be found; the message says how to give them.
+    """
+    tensors = dataset_tensors(dataset)
+    if tensors is not None and label_fn is None:
         return tensors[1].cpu().numpy()
-    for attr in ("targets", "labels"):
-        if hasattr(dataset, attr):
-            return np.asarray(getattr(dataset, attr))
-    return np.asarray([np.asarray(dataset[i][1]).item() for i in range(len(dataset))])  # type: ignore[arg-type]
+    if label_fn is None:
+        if isinstance(dataset, Subset):
+            for attr in ("targets", "labels"):
+                if hasattr(dataset.dataset, attr):
+                    return np.asarray(getattr(dataset.dataset, attr))[np.asarray(dataset.indices)]
+        for attr in ("targets", "labels"):
+            if hasattr(dataset, attr):
+                return np.asarray(getattr(dataset, attr))
+    read = label_fn if label_fn is not None else _sample_label
+    try:
+        labels = [read(dataset[i]) for i in range(len(dataset))]  # type: ignore[arg-type]
+    except (KeyError, TypeError, IndexError) as exc:
+        raise ValueError(
+            f"cannot find the labels of {type(dataset).__name__} for a label-based partition ({exc}): give it a "
+            "targets attribute, or PartitionedDataModule(labels=lambda sample: ...), or use partition='iid'"
+        ) from exc
+    return np.asarray([np.asarray(label.cpu() if isinstance(label, Tensor) else label).item() for label in labels])

@@ -1,0 +1,221 @@
+"""Lightning's validation (and test) loop for a module without a ``lightning.Trainer``: its hooks, in Lightning's
+order, and ``self.log`` reduced as Lightning reduces it, so that the global model's metrics are the ones
+``lightning.Trainer.validate`` would report for the same weights."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.utilities.model_helpers import is_overridden
+from torch import Tensor
+from torchmetrics import Metric
+from torchmetrics.functional.classification import multiclass_accuracy
+
+#: Stage -> (hook prefix, step method, metric prefix of the logits fallback).
+STAGES = {"val": ("validation", "validation_step"), "test": ("test", "test_step")}
+_REDUCTIONS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
+_TORCH_REDUCTIONS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+
+
+def extract_batch_size(batch: Any) -> int:
+    """The batch size Lightning infers for ``self.log``: the first dimension of the first tensor found.
+
+    Example:
+        >>> extract_batch_size({"image": torch.zeros(7, 3), "label": torch.zeros(7)})
+        7
+    """
+    if isinstance(batch, Tensor):
+        return 1 if batch.ndim == 0 else batch.size(0)
+    if isinstance(batch, str):
+        return len(batch)
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            size = extract_batch_size(item)
+            if size:
+                return size
+    return 0
+
+
+class _Entry:
+    """One logged key over an epoch: Lightning's ``_ResultMetric`` (float32 sums, batch-size weighted means)."""
+
+    def __init__(self, reduction: str) -> None:
+        self.reduction = reduction
+        self.value: Tensor | None = None
+        self.weight = torch.tensor(0.0)
+        self.metric: Metric | None = None
+
+    def update(self, value: Any, batch_size: int) -> None:
+        if isinstance(value, Metric):
+            self.metric = value
+            return
+        value = torch.as_tensor(value).detach().float().mean().cpu()
+        if self.reduction == "mean":
+            self.value = value * batch_size if self.value is None else self.value + value * batch_size
+            self.weight = self.weight + batch_size
+        elif self.value is None:
+            self.value = value
+        elif self.reduction == "sum":
+            self.value = self.value + value
+        else:
+            self.value = (
+                torch.maximum(self.value, value) if self.reduction == "max" else torch.minimum(self.value, value)
+            )
+
+    def compute(self) -> float:
+        if self.metric is not None:
+            return float(self.metric.compute())
+        assert self.value is not None
+        return float(self.value / self.weight) if self.reduction == "mean" else float(self.value)
+
+
+class EpochLog:
+    """Stands in for ``LightningModule.log``/``log_dict`` during an evaluation epoch, with Lightning's meaning.
+
+    ``on_epoch`` values are reduced with ``reduce_fx`` (``"mean"`` weighted by ``batch_size``, inferred from the
+    batch as Lightning does; ``"sum"``, ``"max"``, ``"min"``); a logged torchmetrics ``Metric`` is computed at the
+    end and reset; with several dataloaders a key gets ``/dataloader_idx_N`` unless ``add_dataloader_idx=False``;
+    ``on_step=True`` values are Lightning's per-step logger values (``<name>_step``), not part of the epoch's
+    results (with ``on_epoch=True`` too, the epoch value is ``<name>_epoch``, as Lightning names it).
+    """
+
+    def __init__(self, num_dataloaders: int) -> None:
+        self.num_dataloaders = num_dataloaders
+        self.entries: dict[str, tuple[_Entry, int | None]] = {}
+        self.batch: Any = None
+        self.dataloader_idx: int | None = None
+
+    def log(
+        self,
+        name: str,
+        value: Any,
+        prog_bar: bool = False,
+        logger: bool | None = None,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: Any = "mean",
+        enable_graph: bool = False,
+        sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        add_dataloader_idx: bool = True,
+        batch_size: int | None = None,
+        metric_attribute: str | None = None,
+        rank_zero_only: bool = False,
+    ) -> None:
+        on_step = bool(on_step)
+        on_epoch = True if on_epoch is None else on_epoch
+        if not on_epoch:
+            return  # a per-step value for the logger only: not part of the epoch's results
+        reduction = _REDUCTIONS.get(reduce_fx) if isinstance(reduce_fx, str) else _TORCH_REDUCTIONS.get(reduce_fx)
+        if reduction is None:
+            raise ValueError(
+                f"self.log({name!r}, reduce_fx={reduce_fx!r}): the global evaluation reduces with 'mean', 'sum', "
+                "'max' or 'min' (or torch.mean/sum/max/min), as Lightning does"
+            )
+        key = f"{name}_epoch" if on_step else name
+        idx = self.dataloader_idx if self.num_dataloaders > 1 and add_dataloader_idx else None
+        if idx is not None:
+            key = f"{key}/dataloader_idx_{idx}"
+        if key not in self.entries:
+            self.entries[key] = (_Entry(reduction), self.dataloader_idx)
+        if batch_size is None:
+            batch_size = extract_batch_size(self.batch) if self.batch is not None else 1
+        self.entries[key][0].update(value, batch_size or 1)
+
+    def log_dict(self, dictionary: Any, **kwargs: Any) -> None:
+        for name, value in dict(dictionary).items():
+            self.log(name, value, **kwargs)
+
+    def results(self) -> list[dict[str, float]]:
+        """One dict per dataloader, as ``lightning.Trainer.validate`` returns: the keys logged while that dataloader
+        ran, plus those logged outside any dataloader (the epoch-level hooks); metric objects are reset."""
+        computed = {key: (entry.compute(), idx) for key, (entry, idx) in self.entries.items()}
+        for entry, _ in self.entries.values():
+            if entry.metric is not None:
+                entry.metric.reset()
+        out: list[dict[str, float]] = [{} for _ in range(max(self.num_dataloaders, 1))]
+        for key, (value, idx) in computed.items():
+            for i, row in enumerate(out):
+                if idx is None or idx == i:
+                    row[key] = value
+        return out
+
+
+def _hook(module: L.LightningModule, name: str, *args: Any) -> Any:
+    return getattr(module, name)(*args)
+
+
+@torch.no_grad()
+def run_evaluation(
+    module: L.LightningModule, dataloaders: Sequence[Sequence[Any]], stage: str = "val"
+) -> list[dict[str, float]]:
+    """Run Lightning's evaluation loop of ``module`` over ``dataloaders`` (each an iterable of batches).
+
+    Hooks, in Lightning's order: ``on_{stage}_model_eval`` (eval mode), ``on_{stage}_start``,
+    ``on_{stage}_epoch_start``, then per batch ``on_before_batch_transfer``, ``transfer_batch_to_device``,
+    ``on_after_batch_transfer``, ``on_{stage}_batch_start``, the step, ``on_{stage}_batch_end``; then
+    ``on_{stage}_epoch_end``, ``on_{stage}_end`` and ``on_{stage}_model_train`` (the previous mode back). With several
+    dataloaders the step and batch hooks get ``dataloader_idx``. A module without the step is scored as a classifier
+    from its logits (``{stage}_loss`` and ``{stage}_acc``).
+
+    Returns:
+        One dict of the epoch's logged values per dataloader.
+
+    Example:
+        >>> from lit_asyncfl.models import LogisticRegression
+        >>> m = LogisticRegression(input_dim=4, num_classes=2)
+        >>> sorted(run_evaluation(m, [[[torch.zeros(3, 4), torch.tensor([0, 1, 1])]]])[0])
+        ['val_acc', 'val_loss']
+    """
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
+    prefix, step_name = STAGES[stage]
+    has_step = is_overridden(step_name, module, L.LightningModule)
+    several = len(dataloaders) > 1
+    log = EpochLog(len(dataloaders))
+    was_training = module.training
+    module.log, module.log_dict = log.log, log.log_dict  # type: ignore[method-assign]
+    try:
+        if is_overridden(f"on_{prefix}_model_eval", module, L.LightningModule):
+            _hook(module, f"on_{prefix}_model_eval")
+        else:
+            module.eval()
+        _hook(module, f"on_{prefix}_start")
+        _hook(module, f"on_{prefix}_epoch_start")
+        for dataloader_idx, batches in enumerate(dataloaders):
+            log.dataloader_idx = dataloader_idx
+            extra = (dataloader_idx,) if several else ()
+            for batch_idx, batch in enumerate(batches):
+                batch = module._on_before_batch_transfer(batch, dataloader_idx)
+                batch = module._apply_batch_transfer_handler(batch, module.device, dataloader_idx)
+                log.batch = batch
+                _hook(module, f"on_{prefix}_batch_start", batch, batch_idx, *extra)
+                if has_step:
+                    output = getattr(module, step_name)(batch, batch_idx, *extra)
+                else:
+                    output = _score_logits(module, batch, stage, log)
+                _hook(module, f"on_{prefix}_batch_end", output, batch, batch_idx, *extra)
+        log.batch, log.dataloader_idx = None, None
+        _hook(module, f"on_{prefix}_epoch_end")
+        results = log.results()
+        _hook(module, f"on_{prefix}_end")
+    finally:
+        del module.log, module.log_dict
+        if is_overridden(f"on_{prefix}_model_train", module, L.LightningModule):
+            _hook(module, f"on_{prefix}_model_train")
+        else:
+            module.train(was_training)
+    return results
+
+
+def _score_logits(module: L.LightningModule, batch: Any, stage: str, log: EpochLog) -> None:
+    x, y = batch[0], batch[1]
+    logits = module(x)
+    log.log(f"{stage}_loss", F.cross_entropy(logits, y))
+    log.log(f"{stage}_acc", multiclass_accuracy(logits, y, num_classes=logits.shape[-1], average="micro"))

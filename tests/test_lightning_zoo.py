@@ -1,0 +1,387 @@
+"""A zoo of modules written the way Lightning's documentation writes them: the global evaluation reports what
+``lightning.Trainer.validate`` reports for the same weights, hooks in the same order."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torchmetrics.classification import MulticlassAccuracy
+
+from lit_asyncfl.validation_loop import run_evaluation
+
+
+def _data(n=23, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 64, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+class Classifier(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.layer(x.flatten(1))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class MetricAttribute(Classifier):
+    """A torchmetrics object as an attribute, updated in the step and logged as an object."""
+
+    def __init__(self):
+        super().__init__()
+        self.val_acc = MulticlassAccuracy(num_classes=10)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.val_acc(logits, y)
+        self.log("val_acc", self.val_acc)
+        self.log("val_loss", F.cross_entropy(logits, y))
+
+
+class EpochEndLogging(Classifier):
+    """Outputs collected in the step and the metric computed in ``on_validation_epoch_end``."""
+
+    def on_validation_epoch_start(self):
+        self.outputs = []
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.outputs.append((self(x).argmax(1) == y).float())
+
+    def on_validation_epoch_end(self):
+        self.log("val_acc_all", torch.cat(self.outputs).mean())
+
+
+class DictBatches(Classifier):
+    def validation_step(self, batch, batch_idx):
+        logits = self(batch["image"])
+        self.log("val_loss", F.cross_entropy(logits, batch["label"]))
+
+
+class TwoLoaders(Classifier):
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        x, y = batch
+        self.log("val_loss", F.cross_entropy(self(x), y))
+        if dataloader_idx == 1:
+            self.log("val_unsuffixed", F.cross_entropy(self(x), y), add_dataloader_idx=False)
+
+
+class Reductions(Classifier):
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        losses = F.cross_entropy(self(x), y, reduction="none")
+        self.log("val_max", losses.max(), reduce_fx="max")
+        self.log("val_min", losses.min(), reduce_fx=torch.min)
+        self.log("val_sum", losses.sum(), reduce_fx="sum")
+        self.log("val_unweighted", losses.mean(), batch_size=1)
+        self.log("val_both", losses.mean(), on_step=True, on_epoch=True)
+        self.log("val_step_only", losses.mean(), on_step=True, on_epoch=False)
+        self.log_dict({"val_a": losses.mean(), "val_b": losses.std()})
+
+
+HOOKS = [
+    "on_validation_model_eval", "on_validation_start", "on_validation_epoch_start", "on_before_batch_transfer",
+    "transfer_batch_to_device", "on_after_batch_transfer", "on_validation_batch_start", "on_validation_batch_end",
+    "on_validation_epoch_end", "on_validation_end", "on_validation_model_train",
+]  # fmt: skip
+
+
+class HookOrder(Classifier):
+    """Records every validation hook (and the step) in call order."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+        for name in HOOKS:
+            self._record(name)
+
+    def _record(self, name):
+        original = getattr(self, name)
+        if name == "on_validation_model_eval":  # Lightning's own reach for self.trainer.model
+            original = self.eval
+        elif name == "on_validation_model_train":
+            original = self.train
+
+        def hook(*args, **kwargs):
+            self.calls.append(name)
+            return original(*args, **kwargs)
+
+        setattr(self, name, hook)
+
+    def validation_step(self, batch, batch_idx):
+        self.calls.append("validation_step")
+        self.log("val_loss", F.cross_entropy(self(batch[0]), batch[1]))
+
+
+class DictDataset(Dataset):
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"image": self.x[i], "label": self.y[i]}
+
+
+def _loaders(kind):
+    x, y = _data()
+    if kind == "dict":
+        return [DataLoader(DictDataset(x, y), batch_size=10)]
+    if kind == "two":
+        x2, y2 = _data(17, seed=1)
+        return [DataLoader(TensorDataset(x, y), batch_size=10), DataLoader(TensorDataset(x2, y2), batch_size=4)]
+    return [DataLoader(TensorDataset(x, y), batch_size=10)]  # 10, 10, 3: uneven batches weigh by size
+
+
+def _lightning_validate(model, loaders):
+    trainer = L.Trainer(
+        accelerator="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False,
+        enable_model_summary=False,
+    )  # fmt: skip
+    return trainer.validate(model, dataloaders=loaders if len(loaders) > 1 else loaders[0], verbose=False)
+
+
+@pytest.mark.parametrize(
+    ("module", "kind"),
+    [
+        pytest.param(MetricAttribute, "tensor", id="torchmetrics-attribute"),
+        pytest.param(EpochEndLogging, "tensor", id="epoch-end-logging"),
+        pytest.param(DictBatches, "dict", id="dict-batches"),
+        pytest.param(TwoLoaders, "two", id="two-validation-loaders"),
+        pytest.param(Reductions, "tensor", id="reductions-and-batch-size"),
+    ],
+)
+def test_the_global_evaluation_equals_lightning_validate(module, kind):
+    torch.manual_seed(0)
+    model = module()
+    loaders = _loaders(kind)
+    expected = _lightning_validate(model, loaders)
+    ours = run_evaluation(model, [list(dl) for dl in loaders], "val")
+    assert [sorted(r) for r in ours] == [sorted(r) for r in expected]
+    for mine, theirs in zip(ours, expected):
+        for key, value in theirs.items():
+            assert mine[key] == pytest.approx(value, rel=1e-6, abs=1e-7), key
+    again = run_evaluation(model, [list(dl) for dl in loaders], "val")  # metric objects were reset
+    assert again == ours
+
+
+def test_validation_hooks_run_in_lightnings_order():
+    torch.manual_seed(0)
+    lightning_model, our_model = HookOrder(), HookOrder()
+    _lightning_validate(lightning_model, _loaders("tensor"))
+    run_evaluation(our_model, [list(dl) for dl in _loaders("tensor")], "val")
+    assert our_model.calls == lightning_model.calls
+    assert our_model.training  # the mode is restored
+
+
+# -- local training: what a client job honours, or refuses at fit start ----------------------------------------
+def _fit(tmp_path, model, engine="fast", **kwargs):
+    from conftest import make_trainer
+
+    from lit_asyncfl.algorithms import FedAsync
+    from lit_asyncfl.data import DigitsDataModule
+
+    trainer = make_trainer(tmp_path, FedAsync(concurrency=3), max_versions=kwargs.pop("max_versions", 6),
+                           engine=engine, **kwargs)  # fmt: skip
+    trainer.fit(model, datamodule=DigitsDataModule())
+    return trainer
+
+
+class WithCallbacks(Classifier):
+    def configure_callbacks(self):
+        return [L.pytorch.callbacks.EarlyStopping(monitor="train_loss")]
+
+
+class Plateau(Classifier):
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(opt),
+                                                     "monitor": "val_loss"}}  # fmt: skip
+
+
+class OneCycle(Classifier):
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        steps = self.trainer.estimated_stepping_batches
+        return [opt], [torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=steps)]
+
+
+class StepDecay(Classifier):
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)]
+
+
+@pytest.mark.parametrize("engine", ["fast", "lightning"])
+@pytest.mark.parametrize(
+    ("module", "message"),
+    [
+        pytest.param(WithCallbacks, r"configure_callbacks\(\) returned \['EarlyStopping'\]: .* once per client job",
+                     id="configure-callbacks"),
+        pytest.param(Plateau, r"ReduceLROnPlateau, which needs a monitored metric per local epoch", id="plateau"),
+    ],
+)  # fmt: skip
+def test_what_client_jobs_cannot_honour_is_refused_at_fit_start(tmp_path, engine, module, message):
+    with pytest.raises(ValueError, match=message):
+        _fit(tmp_path, module(), engine=engine)
+
+
+def test_a_trainer_dependent_optimizer_config_is_refused_by_the_fast_engine(tmp_path):
+    with pytest.raises(
+        ValueError, match=r"reads self.trainer, which engine='fast' does not provide; use engine='lightning'"
+    ):
+        _fit(tmp_path, OneCycle())
+
+
+def test_schedulers_restart_with_every_job_and_it_is_announced(tmp_path, caplog):
+    with caplog.at_level("INFO", logger="lit_asyncfl"):
+        trainer = _fit(tmp_path, StepDecay())
+    assert [r.message for r in caplog.records if "restart with every client job" in r.message]
+    assert trainer.simulator.executor.trainer.job_info["lr"] == 0.1  # the last job started the schedule afresh
+
+
+class CountsSteps(Classifier):
+    """A torchmetrics object updated in ``training_step`` that keeps every value (would grow without reset)."""
+
+    def __init__(self):
+        super().__init__()
+        from torchmetrics.aggregation import CatMetric
+
+        self.train_losses = CatMetric()
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.train_losses.update(loss.detach())
+        return loss
+
+
+@pytest.mark.parametrize("engine", ["fast", "lightning"])
+def test_metric_objects_are_reset_at_every_client_job(tmp_path, engine):
+    trainer = _fit(tmp_path, CountsSteps(), engine=engine, max_versions=20)
+    engine_module = trainer.simulator.executor.trainer.module
+    held = len(engine_module.train_losses.value)
+    largest_job = max(-(-trainer.simulator.num_samples // 10))  # steps of the largest client's job (batch 10)
+    assert 0 < held <= largest_job < trainer.summary["updates_received"] * 2
+
+
+# -- client data follows the user's DataLoader -----------------------------------------------------------------
+class CountingNoisyDigits(Dataset):
+    """Digits with a random transform in ``__getitem__`` (noise from the global RNG, as torchvision transforms
+    draw), counting the reads."""
+
+    def __init__(self, x, y, as_dict=False, label_key="label"):
+        self.x, self.y, self.as_dict, self.label_key = x, y, as_dict, label_key
+        self.reads = 0
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        self.reads += 1
+        image = self.x[i] + 0.01 * torch.randn_like(self.x[i])
+        return {"image": image, self.label_key: self.y[i]} if self.as_dict else (image, self.y[i])
+
+
+class UserData(L.LightningDataModule):
+    def __init__(self, n=200, batch_size=10, drop_last=False, **dataset_kwargs):
+        super().__init__()
+        from lit_asyncfl.data import DigitsDataModule
+
+        digits = DigitsDataModule()
+        digits.setup("fit")
+        x, y = digits.train_set.tensors
+        self.train = CountingNoisyDigits(x[:n].float(), y[:n], **dataset_kwargs)
+        self.val = digits.test_set
+        self.batch_size, self.drop_last = batch_size, drop_last
+
+    def train_dataloader(self):
+        return DataLoader(self.train, batch_size=self.batch_size, shuffle=True, drop_last=self.drop_last)
+
+    def val_dataloader(self):
+        return DataLoader(self.val, batch_size=512)
+
+
+class DictClassifier(Classifier):
+    def training_step(self, batch, batch_idx):
+        return F.cross_entropy(self(batch["image"]), batch["label"])
+
+
+class BatchNormNet(Classifier):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(64)
+
+    def forward(self, x):
+        return self.layer(self.norm(x.flatten(1)))
+
+
+def _fit_user(tmp_path, model, data, partition="iid", labels=None, **kwargs):
+    from conftest import make_trainer
+
+    from lit_asyncfl.algorithms import FedAsync
+    from lit_asyncfl.data import PartitionedDataModule
+
+    trainer = make_trainer(tmp_path, FedAsync(concurrency=2), num_clients=kwargs.pop("num_clients", 5),
+                           max_versions=kwargs.pop("max_versions", 8), **kwargs)  # fmt: skip
+    trainer.fit(model, datamodule=PartitionedDataModule(data, partition=partition, labels=labels))
+    return trainer
+
+
+def test_random_transforms_are_drawn_afresh_at_every_read(tmp_path):
+    data = UserData()
+    trainer = _fit_user(tmp_path, Classifier(), data, max_versions=40)
+    drawn = trainer.summary["updates_received"] * 40  # 5 clients of 40 samples, one epoch per job
+    assert data.train.reads >= drawn > 201  # every drawn sample was read (and transformed) again
+
+
+def test_runs_over_a_transformed_dataset_stay_deterministic(tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        torch.manual_seed(0)  # the module is built before the trainer seeds the RNGs
+        runs.append(_fit_user(tmp_path / name, Classifier(), UserData()))
+    first, again = runs
+    assert torch.equal(first.simulator.server.weights, again.simulator.server.weights)
+
+
+def test_drop_last_of_the_users_loader_is_honoured(tmp_path):
+    # 5 clients of 41 samples in batches of 10: without drop_last each epoch ends on a batch of one, which
+    # BatchNorm refuses in training; with it, every job takes 4 steps, as the user's DataLoader would
+    trainer = _fit_user(tmp_path, BatchNormNet(), UserData(n=205, drop_last=True))
+    assert trainer.summary["versions"] == 8
+    assert {job.num_steps for job in trainer.simulator.in_flight.values()} == {4}
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
+        _fit_user(tmp_path / "no", BatchNormNet(), UserData(n=205, drop_last=False))
+
+
+def test_dict_batches_train_and_partition_by_their_label_key(tmp_path):
+    trainer = _fit_user(tmp_path, DictClassifier(), UserData(as_dict=True), partition="dirichlet")
+    assert trainer.summary["versions"] == 8
+    counts = trainer.datamodule.partition_counts
+    assert counts.shape == (5, 10) and counts.sum() == 200
+
+
+def test_labels_that_cannot_be_found_are_asked_for_by_name(tmp_path):
+    with pytest.raises(ValueError, match=r"cannot find the labels .* PartitionedDataModule\(labels=lambda sample"):
+        _fit_user(tmp_path / "a", DictClassifier(), UserData(as_dict=True, label_key="cls"), partition="dirichlet")
+
+    class ClsClassifier(Classifier):
+        def training_step(self, batch, batch_idx):
+            return F.cross_entropy(self(batch["image"]), batch["cls"])
+
+    trainer = _fit_user(tmp_path / "b", ClsClassifier(), UserData(as_dict=True, label_key="cls"),
+                        partition="dirichlet", labels=lambda sample: sample["cls"])  # fmt: skip
+    assert trainer.datamodule.partition_counts.shape == (5, 10)
+    iid = _fit_user(tmp_path / "c", ClsClassifier(), UserData(as_dict=True, label_key="cls"))  # IID needs none
+    assert iid.summary["versions"] == 8
