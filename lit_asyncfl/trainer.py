@@ -89,7 +89,7 @@ class FederatedTrainer:
             gains from more threads only on an otherwise idle machine.
         engine: How client updates are computed: ``"fast"`` (a minimal loop over the module's ``training_step``
             and ``configure_optimizers``), ``"lightning"`` (a real ``lightning.Trainer`` per update, for modules
-            that need one: their own callbacks, ``self.log``, ``self.trainer``; bit-identical to ``fast``) or
+            that need one: ``self.log``, ``self.trainer``, manual optimization; bit-identical to ``fast``) or
             ``"cohort"`` (every in-flight job at once with ``torch.func.vmap``; plain SGD, no BatchNorm; equal to
             ``fast`` up to float32 rounding). See :mod:`lit_asyncfl.client.engines`.
         onednn: Use oneDNN (``torch.backends.mkldnn``) kernels during local training; ``None``: automatic, off on
