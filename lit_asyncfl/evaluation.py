@@ -9,12 +9,15 @@ from collections.abc import Iterable
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
 from torch.utils.data import DataLoader
 
 from lit_asyncfl.checks import check, check_int
+from lit_asyncfl.core.seeding import derive_seed
+from lit_asyncfl.data.shards import dataset_tensors
 from lit_asyncfl.validation_loop import run_evaluation
 
 
@@ -175,15 +178,30 @@ class GlobalEvaluation:
         self._resolved = False
         self._model: L.LightningModule | None = None
         self.batches: list[Any] | None = None
+        self.rereads = False
+        self.seed = 0
         self._load: Any = None
         self._wall_seconds: Any = None
 
     def setup(
-        self, model: L.LightningModule, load_weights: Any, batches: list[list[Any]] | None, wall_seconds: Any
+        self,
+        model: L.LightningModule,
+        load_weights: Any,
+        loaders: Any,
+        wall_seconds: Any,
+        seed: int = 0,
     ) -> None:
-        """Bind to a fit: the module, how to load flat weights into it, each validation dataloader's batches (read
-        once), a wall clock."""
-        self._model, self._load, self.batches, self._wall_seconds = model, load_weights, batches, wall_seconds
+        """Bind to a fit: the module, how to load flat weights into it, what ``val_dataloader`` returned (a tensor
+        dataset's batches are read once, any other dataset at every evaluation), a wall clock, the run seed."""
+        self._model, self._load, self._wall_seconds, self.seed = model, load_weights, wall_seconds, seed
+        # Static tensor data is read once; any other dataset is read afresh at every evaluation, as Lightning does
+        self.batches = None
+        if loaders is not None:
+            self.batches = [
+                list(dl) if not isinstance(dl, DataLoader) or dataset_tensors(dl.dataset) is not None else dl
+                for dl in as_dataloaders(loaders)
+            ]
+        self.rereads = self.batches is not None and any(isinstance(b, DataLoader) for b in self.batches)
         self.history = []
         self.monitor_name, self._resolved = self.monitor, False
 
@@ -213,7 +231,13 @@ class GlobalEvaluation:
         assert self._model is not None
         server = sim.server
         self._load(server.weights)
-        metrics = {k: v for result in run_evaluation(self._model, self.batches, "val") for k, v in result.items()}
+        if self.rereads:  # a dataset read afresh: its random transforms draw from a generator seeded by the version
+            with torch.random.fork_rng(devices=[]):
+                torch.default_generator.manual_seed(derive_seed(self.seed, server.version, 0xE7A1))
+                results = run_evaluation(self._model, self.batches, "val")
+        else:
+            results = run_evaluation(self._model, self.batches, "val")
+        metrics = {k: v for result in results for k, v in result.items()}
         self._resolve(metrics)
         stats = server.stats
         row: dict[str, Any] = {

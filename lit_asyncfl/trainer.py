@@ -26,14 +26,14 @@ from lit_asyncfl.callbacks.connector import CallbackConnector, configure_callbac
 from lit_asyncfl.checks import check, check_int
 from lit_asyncfl.client.contract import check_lightning_contract
 from lit_asyncfl.client.engines import DEFAULT_NUM_THREADS, build_executor, check_engine, resolve_device
-from lit_asyncfl.client.trainer import SequentialExecutor
+from lit_asyncfl.client.sequential import SequentialExecutor
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.simulator import Simulator, sample_profiles
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
 from lit_asyncfl.devices import DeviceModel, UniformRatio
-from lit_asyncfl.evaluation import GlobalEvaluation, as_dataloaders, eval_loader, evaluate_stage
+from lit_asyncfl.evaluation import GlobalEvaluation, eval_loader, evaluate_stage
 from lit_asyncfl.hparams import run_fingerprint, run_hyperparameters
 from lit_asyncfl.loggers import log_dir_of, resolve_loggers
 from lit_asyncfl.reporting import run_summary
@@ -412,9 +412,7 @@ class FederatedTrainer:
             evaluator=lambda: hooks.current_metrics(sim),
             observers=[hooks],
         )
-        loaders = eval_loader(dm)
-        batches = [list(loader) for loader in as_dataloaders(loaders)] if loaders is not None else None
-        self.evaluation.setup(model, flat.load, batches, self._wall_seconds)
+        self.evaluation.setup(model, flat.load, eval_loader(dm), self._wall_seconds, self.seed)
         self._final_state = None
         self._hooks.setup()
         self._fingerprint = run_fingerprint(self, model, flat.numel, dm)

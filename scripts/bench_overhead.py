@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
-from lit_asyncfl.client.trainer import LocalTrainer
+from lit_asyncfl.client.fast_engine import LocalTrainer
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.core.update import ClientJob, JobTiming
 from lit_asyncfl.data import DigitsDataModule

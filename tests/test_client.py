@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from lit_asyncfl.algorithms import FedAsync, FedProx
 from lit_asyncfl.client.callbacks import ProximalTerm
-from lit_asyncfl.client.trainer import LocalTrainer, parse_optimizers
+from lit_asyncfl.client.fast_engine import LocalTrainer, parse_optimizers
 from lit_asyncfl.core.update import ClientJob, JobTiming
 from lit_asyncfl.data import ClientShards, DigitsDataModule
 

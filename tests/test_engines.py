@@ -17,6 +17,7 @@ from lit_asyncfl.cli import FederatedCLI
 from lit_asyncfl.client.callbacks import LearningRateDecay, ProximalTerm
 from lit_asyncfl.client.cohort import CohortTrainer
 from lit_asyncfl.client.engines import build_executor
+from lit_asyncfl.client.fast_engine import LocalTrainer
 from lit_asyncfl.client.fresh_merge import FreshModelMerge
 from lit_asyncfl.client.kernels import (
     ONEDNN_AUTO_MAX_BATCH,
@@ -25,7 +26,6 @@ from lit_asyncfl.client.kernels import (
     largest_conv_input,
 )
 from lit_asyncfl.client.lightning_engine import LightningLocalTrainer
-from lit_asyncfl.client.trainer import LocalTrainer
 from lit_asyncfl.core.update import ClientJob, JobTiming
 from lit_asyncfl.data import ClientShards, DigitsDataModule
 from lit_asyncfl.devices import UniformResponse

@@ -160,7 +160,7 @@ def test_distillation_time_delays_the_new_version_and_queues_later_arrivals(tmp_
 
 
 def test_learning_rate_decays_with_the_global_version():
-    from lit_asyncfl.client.trainer import LocalTrainer
+    from lit_asyncfl.client.fast_engine import LocalTrainer
     from lit_asyncfl.data import ClientShards
 
     shards = ClientShards(torch.randn(8, 64), torch.randint(0, 10, (8,)), [np.arange(8)])

@@ -121,7 +121,7 @@ def test_dynamic_weight_updates_control_parameters_from_the_previous_aggregation
 
 
 def test_fresh_merge_matches_an_independent_computation():
-    from lit_asyncfl.client.trainer import LocalTrainer
+    from lit_asyncfl.client.fast_engine import LocalTrainer
     from lit_asyncfl.data import ClientShards
 
     torch.manual_seed(0)
@@ -421,7 +421,7 @@ class DropoutBatchNormNet(LogisticRegression):
 
 
 def test_a_merge_with_an_identical_fresh_model_changes_nothing():
-    from lit_asyncfl.client.trainer import LocalTrainer
+    from lit_asyncfl.client.fast_engine import LocalTrainer
     from lit_asyncfl.data import ClientShards
 
     torch.manual_seed(0)
@@ -514,7 +514,8 @@ def test_two_requesting_callbacks_share_the_earliest_request():
         def on_fresh_model(self, trainer, job, fresh_weights, fresh_version, batch):
             seen.append((self.step, job.request_step))
 
-    from lit_asyncfl.client.trainer import LocalTrainer, SequentialExecutor
+    from lit_asyncfl.client.fast_engine import LocalTrainer
+    from lit_asyncfl.client.sequential import SequentialExecutor
     from lit_asyncfl.core.simulator import Simulator
     from lit_asyncfl.data import ClientShards
 

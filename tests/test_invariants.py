@@ -12,7 +12,7 @@ from conftest import global_weights, make_trainer, run
 
 import lit_asyncfl.trainer as trainer_module
 from lit_asyncfl.algorithms import FedAsync, FedAvg, FedBuff, FedProx
-from lit_asyncfl.client.trainer import SequentialExecutor
+from lit_asyncfl.client.sequential import SequentialExecutor
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.devices import DeviceModel, UniformResponse

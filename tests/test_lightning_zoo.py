@@ -385,3 +385,21 @@ def test_labels_that_cannot_be_found_are_asked_for_by_name(tmp_path):
     assert trainer.datamodule.partition_counts.shape == (5, 10)
     iid = _fit_user(tmp_path / "c", ClsClassifier(), UserData(as_dict=True, label_key="cls"))  # IID needs none
     assert iid.summary["versions"] == 8
+
+
+def test_a_validation_dataset_is_read_at_every_evaluation_and_deterministically(tmp_path):
+    class NoisyVal(UserData):
+        def __init__(self):
+            super().__init__()
+            x, y = self.val.tensors
+            self.val = CountingNoisyDigits(x.float(), y)
+
+    histories, reads = [], []
+    for name in ("a", "b"):
+        torch.manual_seed(0)
+        data = NoisyVal()
+        trainer = _fit_user(tmp_path / name, Classifier(), data, max_versions=8, eval_every=2)
+        histories.append([{k: v for k, v in r.items() if k != "wall_time"} for r in trainer.history])
+        reads.append(data.val.reads)
+    assert reads[0] == len(histories[0]) * 360  # every evaluation read (and transformed) the 360 samples
+    assert histories[0] == histories[1]  # the transforms are drawn from the run's seed

@@ -3,8 +3,9 @@
 from lit_asyncfl.client.callbacks import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.client.cohort import CohortExecutor, CohortTrainer
 from lit_asyncfl.client.engines import ENGINES, build_executor
+from lit_asyncfl.client.fast_engine import LocalTrainer
 from lit_asyncfl.client.lightning_engine import LightningLocalTrainer
-from lit_asyncfl.client.trainer import LocalTrainer, SequentialExecutor
+from lit_asyncfl.client.sequential import SequentialExecutor
 
 __all__ = [
     "ENGINES",

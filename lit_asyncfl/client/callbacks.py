@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from lit_asyncfl.client.trainer import LocalTrainer
+    from lit_asyncfl.client.fast_engine import LocalTrainer
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
 
 

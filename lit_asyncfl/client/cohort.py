@@ -12,8 +12,8 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from lit_asyncfl.client.callbacks import ClientCallback, LearningRateDecay, ProximalTerm
+from lit_asyncfl.client.engine_base import LocalEngine, parse_optimizers
 from lit_asyncfl.client.kernels import OneDNN
-from lit_asyncfl.client.trainer import LocalEngine, parse_optimizers
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
 
@@ -167,10 +167,10 @@ class CohortTrainer(LocalEngine):
         if not jobs:
             return []
         self.module.train()
-        torch.default_generator.manual_seed(jobs[0].seed)
+        self.seed_job(jobs[0])
         plans = []  # every job's (batch_idx, batch) list over all its epochs: the fast engine's batches
         for job in jobs:
-            generator = torch.Generator().manual_seed(job.seed)
+            generator = self.job_generator(job)
             plans.append(
                 [
                     (i, b)
@@ -210,21 +210,10 @@ class CohortTrainer(LocalEngine):
                 else:
                     weights.index_copy_(0, rows, torch.addcmul(w, lr, g, value=-1))
                     loss_sums.index_add_(0, rows, loss.detach())
-        updates = []
-        for j, job in enumerate(jobs):
-            steps = len(plans[j])
-            updates.append(
-                ClientUpdate(
-                    job=job,
-                    weights=weights[j].clone(),
-                    base_weights=starts[j],
-                    num_samples=self.shards.num_samples(job.client),
-                    num_steps=steps,
-                    train_loss=float(loss_sums[j]) / steps if steps else float("nan"),
-                    info={"lr": float(lrs[j])},
-                )
-            )
-        return updates
+        return [
+            self.make_update(job, weights[j].clone(), starts[j], len(plans[j]), loss_sums[j], {"lr": float(lrs[j])})
+            for j, job in enumerate(jobs)
+        ]
 
 
 class CohortExecutor:

@@ -8,7 +8,7 @@ import logging
 import lightning as L
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from lit_asyncfl.client.trainer import parse_optimizers
+from lit_asyncfl.client.engine_base import parse_optimizers
 
 _log = logging.getLogger("lit_asyncfl")
 

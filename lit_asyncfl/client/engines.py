@@ -11,9 +11,10 @@ import torch
 from lit_asyncfl.checks import check, check_int
 from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.client.cohort import CohortExecutor, CohortTrainer
+from lit_asyncfl.client.fast_engine import LocalTrainer
 from lit_asyncfl.client.kernels import choose_onednn
 from lit_asyncfl.client.lightning_engine import LightningLocalTrainer
-from lit_asyncfl.client.trainer import LocalTrainer, SequentialExecutor
+from lit_asyncfl.client.sequential import SequentialExecutor
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
 
@@ -90,7 +91,7 @@ def build_executor(
     """The executor computing the clients' updates with the chosen engine.
 
     Args:
-        engine: ``"fast"`` (:class:`~lit_asyncfl.client.trainer.LocalTrainer`), ``"lightning"``
+        engine: ``"fast"`` (:class:`~lit_asyncfl.client.fast_engine.LocalTrainer`), ``"lightning"``
             (:class:`~lit_asyncfl.client.lightning_engine.LightningLocalTrainer`) or ``"cohort"``
             (:class:`~lit_asyncfl.client.cohort.CohortTrainer` behind a
             :class:`~lit_asyncfl.client.cohort.CohortExecutor`).
@@ -103,7 +104,7 @@ def build_executor(
             :func:`~lit_asyncfl.client.kernels.choose_onednn` (off for small convolutions on the CPU). The engine
             applies the choice (``trainer.onednn``) around each job, whatever executor runs it.
         sequential: Builds the executor of the per-client engines from their local trainer (default
-            :class:`~lit_asyncfl.client.trainer.SequentialExecutor`); the cohort engine has its own.
+            :class:`~lit_asyncfl.client.sequential.SequentialExecutor`); the cohort engine has its own.
         compile_cohort: ``torch.compile`` the cohort engine's batched step (only with ``engine="cohort"``).
     """
     check_engine(engine)

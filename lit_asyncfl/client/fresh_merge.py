@@ -13,7 +13,7 @@ from lit_asyncfl.functional.aggregation import mix
 from lit_asyncfl.functional.fedasmu import fedasmu_beta, fedasmu_beta_grads, fedasmu_phi
 
 if TYPE_CHECKING:
-    from lit_asyncfl.client.trainer import LocalTrainer
+    from lit_asyncfl.client.fast_engine import LocalTrainer
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
 
 

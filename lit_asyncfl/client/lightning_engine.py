@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import random
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.client.engine_base import LocalEngine
 from lit_asyncfl.client.kernels import OneDNN
-from lit_asyncfl.client.trainer import LocalEngine
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
 
@@ -78,7 +76,7 @@ class _ClientHooks(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
         if self.steps == self.interact_at:
             self.interact_at = None
-            self.engine._fresh_model(self.job, self.fresh, self.last_batch)
+            self.engine.fresh_model(self.job, self.fresh, self.last_batch)
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         for cb in self.engine.callbacks:
@@ -120,7 +118,7 @@ class LightningLocalTrainer(LocalEngine):
 
     For modules that need the full Trainer: ``self.log``,
     ``self.trainer``, hooks such as ``on_train_epoch_end``, manual optimization (tested against a raw loop). The
-    job is the same as in the ``fast`` engine (:class:`~lit_asyncfl.client.trainer.LocalTrainer`): one reused
+    job is the same as in the ``fast`` engine (:class:`~lit_asyncfl.client.fast_engine.LocalTrainer`): one reused
     module whose weights are loaded with one flat copy, the job's seeds set the same way, and the Trainer is fed
     exactly the ``fast`` engine's batches (a ``DataLoader`` over the client's shard with the job's generator), so
     for the same job both engines give bit-identical weights (tested). Client callbacks (proximal term,
@@ -152,7 +150,6 @@ class LightningLocalTrainer(LocalEngine):
         super().__init__(module, shards, batch_size, callbacks, device, onednn, silence_log=False)  # Trainer logs
         self._entry_points: dict[Any, tuple[Any, ...]] = {}
         self.optimizer: torch.optim.Optimizer | None = None
-        self.job_info: dict[str, Any] = {}
 
     def _trainer(self, epochs: int, hooks: L.Callback) -> L.Trainer:
         accelerator = "gpu" if self.device.type == "cuda" else "cpu"
@@ -190,15 +187,7 @@ class LightningLocalTrainer(LocalEngine):
         ``fresh`` is the server's answer to the job's request, handed to the callbacks' ``on_fresh_model`` after
         ``job.request_step`` steps (as in the ``fast`` engine).
         """
-        self.flat.load(start_weights)
-        self.reset_metrics()
-        self.module.train()
-        torch.default_generator.manual_seed(job.seed)
-        if self.device.type == "cuda":
-            torch.cuda.manual_seed(job.seed)
-        random.seed(job.seed)
-        np.random.seed(job.seed % 2**32)
-        generator = torch.Generator().manual_seed(job.seed)
+        generator = self.start_job(job, start_weights)
         # The loader's own generator: creating its iterator must not draw from the default generator (the
         # module's dropout draws from that one, as in the fast engine).
         loader = DataLoader(
@@ -216,22 +205,5 @@ class LightningLocalTrainer(LocalEngine):
                 "lightning engine trains the parameters in place and does not support that"
             )
         if hooks.interact_at is not None:  # the request comes after the last step
-            self._fresh_model(job, fresh, hooks.last_batch)
-        steps = hooks.steps
-        update = ClientUpdate(
-            job=job,
-            weights=self.flat.read(),
-            base_weights=start_weights,
-            num_samples=self.shards.num_samples(job.client),
-            num_steps=steps,
-            train_loss=float(hooks.loss_sum) / steps if steps and hooks.loss_sum is not None else float("nan"),
-            info=self.job_info,
-        )
-        for cb in self.callbacks:
-            cb.on_train_end(self, job, update)  # type: ignore[arg-type]
-        return update
-
-    def _fresh_model(self, job: ClientJob, fresh: tuple[Tensor, int] | None, batch: Any) -> None:
-        assert fresh is not None
-        for cb in self.callbacks:
-            cb.on_fresh_model(self, job, fresh[0], fresh[1], batch)  # type: ignore[arg-type]
+            self.fresh_model(job, fresh, hooks.last_batch)
+        return self.finish_job(job, start_weights, hooks.steps, hooks.loss_sum)

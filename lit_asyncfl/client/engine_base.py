@@ -1,0 +1,152 @@
+"""What every local-training engine shares: the module copy, job seeding, the update and the fresh-model
+hand-over (the guarantee that every engine gives the same results rests on these, so they live once)."""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+from torchmetrics import Metric
+
+from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.core.flat import FlatParameters
+from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.core.workspace import ModelWorkspace
+from lit_asyncfl.data.shards import ClientShards, DatasetShards
+
+
+def parse_optimizers(config: Any) -> tuple[Optimizer, list[tuple[Any, str]]]:
+    """Read what ``configure_optimizers`` returned: one optimizer and its schedulers with their interval.
+
+    Accepts an optimizer, a one-element list/tuple, ``([optimizer], [schedulers])`` and the dict form
+    ``{"optimizer": ..., "lr_scheduler": ...}``.
+    """
+    schedulers: list[Any] = []
+    if isinstance(config, dict):
+        optimizers, schedulers = [config["optimizer"]], config.get("lr_scheduler", [])
+        schedulers = schedulers if isinstance(schedulers, (list, tuple)) else [schedulers]
+    elif isinstance(config, Optimizer):
+        optimizers = [config]
+    elif isinstance(config, (list, tuple)) and len(config) == 2 and isinstance(config[0], (list, tuple)):
+        optimizers, schedulers = list(config[0]), list(config[1])
+    elif isinstance(config, (list, tuple)):
+        optimizers = list(config)
+    else:
+        raise TypeError(f"configure_optimizers returned {type(config).__name__}; expected an optimizer")
+    if len(optimizers) != 1 or not isinstance(optimizers[0], Optimizer):
+        raise ValueError(f"the fast local trainer supports exactly one optimizer, got {len(optimizers)}")
+    parsed = []
+    for sched in schedulers:
+        if isinstance(sched, dict):
+            parsed.append((sched["scheduler"], sched.get("interval", "epoch")))
+        else:
+            parsed.append((sched, "epoch"))
+    return optimizers[0], parsed
+
+
+class LocalEngine:
+    """State every local-training engine holds: a private copy of the user's module bound to one flat weight vector,
+    the clients' data, the batch size, the client callbacks, the device and the kernel choice.
+
+    Args:
+        module: The user's module; a private deep copy is trained.
+        shards: The clients' data.
+        batch_size: Local mini-batch size.
+        callbacks: Client callbacks.
+        device: Training device.
+        onednn: ``torch.backends.mkldnn.enabled`` while a job trains (restored afterwards); ``None``: leave it.
+        silence_log: Make the copy's ``self.log`` a no-op (engines without a ``lightning.Trainer``).
+    """
+
+    def __init__(
+        self,
+        module: L.LightningModule,
+        shards: ClientShards | DatasetShards,
+        batch_size: int,
+        callbacks: Sequence[ClientCallback] = (),
+        device: torch.device | str = "cpu",
+        onednn: bool | None = None,
+        silence_log: bool = True,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.device = torch.device(device)
+        if silence_log:
+            workspace = ModelWorkspace(module, self.device)
+            self.module, self.flat = workspace.module, workspace.flat
+        else:
+            self.module = copy.deepcopy(module).to(self.device)
+            self.flat = FlatParameters(self.module)
+        self.shards = shards
+        self.batch_size = batch_size
+        self.callbacks = list(callbacks)
+        self.onednn = onednn
+        #: Extras of the job in progress, copied into ``update.info`` (callbacks add to it).
+        self.job_info: dict[str, Any] = {}
+        #: The module's torchmetrics objects, reset at the start of every job (as each Lightning fit starts anew).
+        self.metrics = [m for m in self.module.modules() if isinstance(m, Metric)]
+
+    def reset_metrics(self) -> None:
+        """Reset the module's metric objects: a job never sees (or keeps in memory) another job's updates."""
+        for metric in self.metrics:
+            metric.reset()
+
+    def seed_job(self, job: ClientJob) -> torch.Generator:
+        """Seed every generator user code may draw from with the job's own seed, and return the generator of the
+        job's batch order. Every engine seeds a job this way: that is what makes their results identical and
+        independent of which job ran before."""
+        # torch.manual_seed would also walk every lazy accelerator backend: milliseconds per call, more than a
+        # small local training.
+        torch.default_generator.manual_seed(job.seed)
+        if self.device.type == "cuda":
+            torch.cuda.manual_seed(job.seed)
+        random.seed(job.seed)
+        np.random.seed(job.seed % 2**32)
+        return self.job_generator(job)
+
+    @staticmethod
+    def job_generator(job: ClientJob) -> torch.Generator:
+        """The generator of a job's batch order (and of its data module's random augmentations)."""
+        return torch.Generator().manual_seed(job.seed)
+
+    def start_job(self, job: ClientJob, start_weights: Tensor) -> torch.Generator:
+        """Load the start weights, reset the metric objects, switch to training mode and seed the job."""
+        self.flat.load(start_weights)
+        self.reset_metrics()
+        self.module.train()
+        return self.seed_job(job)
+
+    def make_update(
+        self, job: ClientJob, weights: Tensor, start_weights: Tensor, steps: int, loss_sum: Any, info: dict[str, Any]
+    ) -> ClientUpdate:
+        """The :class:`~lit_asyncfl.core.update.ClientUpdate` of a job that took ``steps`` steps (mean loss from
+        ``loss_sum``; NaN without steps)."""
+        return ClientUpdate(
+            job=job,
+            weights=weights,
+            base_weights=start_weights,
+            num_samples=self.shards.num_samples(job.client),
+            num_steps=steps,
+            train_loss=float(loss_sum) / steps if steps and loss_sum is not None else float("nan"),
+            info=info,
+        )
+
+    def finish_job(self, job: ClientJob, start_weights: Tensor, steps: int, loss_sum: Any) -> ClientUpdate:
+        """The update of the job just trained on :attr:`module`, after the client callbacks' ``on_train_end``."""
+        update = self.make_update(job, self.flat.read(), start_weights, steps, loss_sum, self.job_info)
+        for cb in self.callbacks:
+            cb.on_train_end(self, job, update)  # type: ignore[arg-type]
+        return update
+
+    def fresh_model(self, job: ClientJob, fresh: tuple[Tensor, int] | None, batch: Any) -> None:
+        """Hand the server's answer to the job's request to the client callbacks' ``on_fresh_model``."""
+        assert fresh is not None
+        for cb in self.callbacks:
+            cb.on_fresh_model(self, job, fresh[0], fresh[1], batch)  # type: ignore[arg-type]
