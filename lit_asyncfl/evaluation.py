@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import warnings
 from collections.abc import Iterable
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -32,11 +34,13 @@ def find_metric_name(metrics: dict[str, Any], kind: str) -> str | None:
         'val/acc'
         >>> find_metric_name({"val_loss": 0.3, "val_r2": 0.7}, "accuracy"), find_metric_name({}, "loss")
         ('val_r2', None)
+        >>> find_metric_name({"val_acc/dataloader_idx_0": 0.9, "val_acc/dataloader_idx_1": 0.8}, "accuracy")
+        'val_acc/dataloader_idx_0'
     """
     groups = [("acc", "accuracy"), ("r2",)] if kind == "accuracy" else [("loss",)]
     for suffixes in groups:
         for name in metrics:
-            last = name.replace("/", "_").rsplit("_", 1)[-1].lower()
+            last = name.split("/dataloader_idx_")[0].replace("/", "_").rsplit("_", 1)[-1].lower()
             if last in suffixes:
                 return name
     return None
@@ -231,13 +235,23 @@ class GlobalEvaluation:
         assert self._model is not None
         server = sim.server
         self._load(server.weights)
-        if self.rereads:  # a dataset read afresh: its random transforms draw from a generator seeded by the version
-            with torch.random.fork_rng(devices=[]):
-                torch.default_generator.manual_seed(derive_seed(self.seed, server.version, 0xE7A1))
-                results = run_evaluation(self._model, self.batches, "val")
+        if self.rereads:  # a dataset read afresh: its random transforms draw from generators seeded by the version
+            state = random.getstate(), np.random.get_state()
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    eval_seed = derive_seed(self.seed, server.version, 0xE7A1)
+                    torch.default_generator.manual_seed(eval_seed)
+                    random.seed(eval_seed)
+                    np.random.seed(eval_seed % 2**32)
+                    results = run_evaluation(self._model, self.batches, "val")
+            finally:
+                random.setstate(state[0])
+                np.random.set_state(state[1])
         else:
             results = run_evaluation(self._model, self.batches, "val")
         metrics = {k: v for result in results for k, v in result.items()}
+        for key in [k for k in metrics if k.endswith("_epoch")]:  # on_step and on_epoch: also the bare name, as
+            metrics.setdefault(key[: -len("_epoch")], metrics[key])  # in Lightning's callback_metrics
         self._resolve(metrics)
         stats = server.stats
         row: dict[str, Any] = {

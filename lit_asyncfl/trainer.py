@@ -365,12 +365,18 @@ class FederatedTrainer:
         self._user_datamodule = datamodule
         ckpt.check_hparams_loadable(model)
         ckpt.check_hparams_loadable(datamodule)
-        check_lightning_contract(model, self.engine)
+        check_lightning_contract(model, self.engine, datamodule)
         algo = self.algorithm
         fraction = max((cb.server_data_fraction for cb in algo.server_callbacks), default=0.0)
         server_set = dm.split_server_data(fraction, self.seed)  # before the clients' partition
         profiles = sample_profiles(self.device_model, self.num_clients, self.seed)
         shards = dm.client_shards(self.num_clients, self.seed, self.device, slowness=profiles.time_per_sample)
+        smallest = min(shards.num_samples(c) for c in range(self.num_clients))
+        check(
+            not dm.drop_last or smallest >= dm.batch_size,
+            f"drop_last=True with batch_size={dm.batch_size}, but a client holds {smallest} samples: its jobs would "
+            "take no step; use fewer clients, a smaller batch_size or drop_last=False",
+        )
         model.to(self.device)
         self.global_model = model
         self._flat = flat = FlatParameters(model)

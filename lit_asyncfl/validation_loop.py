@@ -10,6 +10,7 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities.data import extract_batch_size  # Lightning's own inference of self.log's size
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 from torchmetrics import Metric
@@ -19,27 +20,6 @@ from torchmetrics.functional.classification import multiclass_accuracy
 STAGES = {"val": ("validation", "validation_step"), "test": ("test", "test_step")}
 _REDUCTIONS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 _TORCH_REDUCTIONS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
-
-
-def extract_batch_size(batch: Any) -> int:
-    """The batch size Lightning infers for ``self.log``: the first dimension of the first tensor found.
-
-    Example:
-        >>> extract_batch_size({"image": torch.zeros(7, 3), "label": torch.zeros(7)})
-        7
-    """
-    if isinstance(batch, Tensor):
-        return 1 if batch.ndim == 0 else batch.size(0)
-    if isinstance(batch, str):
-        return len(batch)
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            size = extract_batch_size(item)
-            if size:
-                return size
-    return 0
 
 
 class _Entry:

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import copy
+
 import lightning as L
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -166,14 +169,15 @@ def _lightning_validate(model, loaders):
 def test_the_global_evaluation_equals_lightning_validate(module, kind):
     torch.manual_seed(0)
     model = module()
+    fresh = copy.deepcopy(model)  # never attached to a Trainer: self.trainer and its routing are not there
     loaders = _loaders(kind)
     expected = _lightning_validate(model, loaders)
-    ours = run_evaluation(model, [list(dl) for dl in loaders], "val")
+    ours = run_evaluation(fresh, [list(dl) for dl in loaders], "val")
     assert [sorted(r) for r in ours] == [sorted(r) for r in expected]
     for mine, theirs in zip(ours, expected):
         for key, value in theirs.items():
             assert mine[key] == pytest.approx(value, rel=1e-6, abs=1e-7), key
-    again = run_evaluation(model, [list(dl) for dl in loaders], "val")  # metric objects were reset
+    again = run_evaluation(fresh, [list(dl) for dl in loaders], "val")  # metric objects were reset
     assert again == ours
 
 
@@ -238,18 +242,58 @@ def test_what_client_jobs_cannot_honour_is_refused_at_fit_start(tmp_path, engine
         _fit(tmp_path, module(), engine=engine)
 
 
-def test_a_trainer_dependent_optimizer_config_is_refused_by_the_fast_engine(tmp_path):
+def test_a_trainer_dependent_optimizer_config_is_refused_by_the_fast_engine_and_runs_under_lightning(tmp_path):
     with pytest.raises(
         ValueError, match=r"reads self.trainer, which engine='fast' does not provide; use engine='lightning'"
     ):
-        _fit(tmp_path, OneCycle())
+        _fit(tmp_path / "fast", OneCycle())
+    assert _fit(tmp_path / "lightning", OneCycle(), engine="lightning").summary["versions"] == 6
+
+
+class EpochEndHook(Classifier):
+    def on_train_epoch_end(self):
+        self.layer.weight.data.mul_(0.5)
+
+
+class DataModuleBatchHook(L.LightningDataModule):
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        return batch
+
+
+def test_training_hooks_only_a_real_trainer_runs_are_refused_by_the_other_engines(tmp_path):
+    for engine in ("fast", "cohort"):
+        with pytest.raises(ValueError, match=r"overrides \['on_train_epoch_end'\], which engine='\w+' does not run"):
+            _fit(tmp_path / engine, EpochEndHook(), engine=engine)
+    assert _fit(tmp_path / "lightning", EpochEndHook(), engine="lightning").summary["versions"] == 6
+
+
+def test_a_data_modules_batch_hooks_are_refused():
+    from lit_asyncfl.client.contract import check_lightning_contract
+
+    with pytest.raises(ValueError, match=r"DataModuleBatchHook overrides \['on_after_batch_transfer'\].*define them"):
+        check_lightning_contract(Classifier(), "lightning", DataModuleBatchHook())
 
 
 def test_schedulers_restart_with_every_job_and_it_is_announced(tmp_path, caplog):
+    from conftest import make_trainer
+
+    from lit_asyncfl.algorithms import Algorithm
+    from lit_asyncfl.client import ClientCallback
+    from lit_asyncfl.data import DigitsDataModule
+    from lit_asyncfl.schedulers import KeepConcurrency
+    from lit_asyncfl.server import Mixing
+
+    lrs = []
+
+    class LrAtEnd(ClientCallback):
+        def on_train_end(self, trainer, job, update):
+            lrs.append((trainer.job_info["lr"], trainer.optimizer.param_groups[0]["lr"]))
+
+    algorithm = Algorithm(KeepConcurrency(3), Mixing(alpha=0.5), client_callbacks=[LrAtEnd()])
     with caplog.at_level("INFO", logger="lit_asyncfl"):
-        trainer = _fit(tmp_path, StepDecay())
+        make_trainer(tmp_path, algorithm, max_versions=6, local_epochs=2).fit(StepDecay(), DigitsDataModule())
     assert [r.message for r in caplog.records if "restart with every client job" in r.message]
-    assert trainer.simulator.executor.trainer.job_info["lr"] == 0.1  # the last job started the schedule afresh
+    assert len(lrs) >= 6 and set(lrs) == {(0.1, 0.025)}  # every job: 0.1 at its start, halved after each epoch
 
 
 class CountsSteps(Classifier):
@@ -273,7 +317,7 @@ def test_metric_objects_are_reset_at_every_client_job(tmp_path, engine):
     engine_module = trainer.simulator.executor.trainer.module
     held = len(engine_module.train_losses.value)
     largest_job = max(-(-trainer.simulator.num_samples // 10))  # steps of the largest client's job (batch 10)
-    assert 0 < held <= largest_job < trainer.summary["updates_received"] * 2
+    assert 0 < held <= largest_job  # one job's steps at most (about 20 jobs' without the reset)
 
 
 # -- client data follows the user's DataLoader -----------------------------------------------------------------
@@ -369,7 +413,10 @@ def test_dict_batches_train_and_partition_by_their_label_key(tmp_path):
     trainer = _fit_user(tmp_path, DictClassifier(), UserData(as_dict=True), partition="dirichlet")
     assert trainer.summary["versions"] == 8
     counts = trainer.datamodule.partition_counts
-    assert counts.shape == (5, 10) and counts.sum() == 200
+    y = trainer.datamodule.train_set.y
+    shards = trainer.simulator.executor.trainer.shards
+    expected = [np.bincount(y[shards.indices[c]].numpy(), minlength=10).tolist() for c in range(5)]
+    assert counts.tolist() == expected and counts.sum() == 200
 
 
 def test_labels_that_cannot_be_found_are_asked_for_by_name(tmp_path):
@@ -403,3 +450,56 @@ def test_a_validation_dataset_is_read_at_every_evaluation_and_deterministically(
         reads.append(data.val.reads)
     assert reads[0] == len(histories[0]) * 360  # every evaluation read (and transformed) the 360 samples
     assert histories[0] == histories[1]  # the transforms are drawn from the run's seed
+
+
+def test_drop_last_with_a_client_smaller_than_a_batch_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"drop_last=True with batch_size=64, but a client holds 40 samples"):
+        _fit_user(tmp_path, Classifier(), UserData(batch_size=64, drop_last=True))
+
+
+def test_the_bare_name_of_an_on_step_and_on_epoch_metric_is_in_the_history(tmp_path):
+    class Both(Classifier):
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val_acc", (self(x).argmax(1) == y).float().mean(), on_step=True, on_epoch=True)
+
+    trainer = _fit_user(tmp_path, Both(), UserData())
+    row = trainer.history[-1]
+    assert row["val_acc"] == row["val_acc_epoch"] == row["accuracy"]  # as in Lightning's callback_metrics
+
+
+def test_a_collate_fn_over_a_tensor_dataset_is_followed(tmp_path):
+    calls = []
+
+    class Blank(L.LightningDataModule):
+        def setup(self, stage):
+            from lit_asyncfl.data import DigitsDataModule
+
+            self.digits = DigitsDataModule()
+            self.digits.setup(stage)
+
+        def train_dataloader(self):
+            def collate(samples):
+                x, y = torch.utils.data.default_collate(samples)
+                calls.append(len(y))
+                return x * 0.0, y  # blank images: the layer's weights get no gradient
+
+            return DataLoader(self.digits.train_set, batch_size=10, collate_fn=collate)
+
+        def val_dataloader(self):
+            return self.digits.val_dataloader()
+
+    torch.manual_seed(0)
+    model = Classifier()
+    start = model.layer.weight.detach().clone()
+    trainer = _fit_user(tmp_path, model, Blank())
+    assert calls  # the user's collate made the clients' batches
+    assert torch.equal(trainer.global_model.layer.weight, start)  # only the bias learned
+
+
+def test_the_cohort_engine_draws_a_datasets_transforms_as_the_fast_engine(tmp_path):
+    runs = {}
+    for engine in ("fast", "cohort"):
+        torch.manual_seed(0)
+        runs[engine] = _fit_user(tmp_path / engine, Classifier(), UserData(), engine=engine).simulator.server.weights
+    torch.testing.assert_close(runs["cohort"], runs["fast"], rtol=1e-5, atol=1e-6)

@@ -167,10 +167,9 @@ class CohortTrainer(LocalEngine):
         if not jobs:
             return []
         self.module.train()
-        self.seed_job(jobs[0])
         plans = []  # every job's (batch_idx, batch) list over all its epochs: the fast engine's batches
         for job in jobs:
-            generator = self.job_generator(job)
+            generator = self.seed_job(job)  # a dataset's random transforms draw as in the job's own fast run
             plans.append(
                 [
                     (i, b)

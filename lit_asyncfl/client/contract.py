@@ -6,14 +6,28 @@ from __future__ import annotations
 import logging
 
 import lightning as L
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from lit_asyncfl.client.engine_base import parse_optimizers
 
 _log = logging.getLogger("lit_asyncfl")
 
+#: Hooks of Lightning's training loop that only ``engine="lightning"`` (a real Trainer per job) runs.
+TRAINING_HOOKS = (
+    "setup", "configure_model", "on_fit_start", "on_fit_end", "on_train_start", "on_train_end",
+    "on_train_epoch_start", "on_train_epoch_end", "on_train_batch_start", "on_train_batch_end",
+    "on_before_zero_grad", "on_before_backward", "backward", "on_after_backward", "on_before_optimizer_step",
+    "optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping", "lr_scheduler_step",
+    "on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer",
+)  # fmt: skip
+#: Batch hooks of a data module, which Lightning calls instead of the module's when the data module defines them.
+DATAMODULE_BATCH_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
-def check_lightning_contract(module: L.LightningModule, engine: str) -> None:
+
+def check_lightning_contract(
+    module: L.LightningModule, engine: str, datamodule: L.LightningDataModule | None = None
+) -> None:
     """Refuse at fit start the Lightning features a client job cannot honour; announce the per-job ones.
 
     - ``configure_callbacks`` returning callbacks: refused (they would run once per client job); the global loop's
@@ -21,14 +35,30 @@ def check_lightning_contract(module: L.LightningModule, engine: str) -> None:
     - ``ReduceLROnPlateau``: refused (it needs a metric per local epoch that no client job computes).
     - Other LR schedulers: announced. Every client job builds a fresh optimizer and schedulers from
       ``configure_optimizers``, so a schedule restarts with each job (it does not decay across the run).
-    - ``configure_optimizers`` reading ``self.trainer`` (e.g. ``estimated_stepping_batches``): refused outside
-      ``engine="lightning"``.
+    - ``configure_optimizers`` reading ``self.trainer`` (e.g. ``estimated_stepping_batches``), and overridden
+      hooks of Lightning's training loop (:data:`TRAINING_HOOKS`): refused outside ``engine="lightning"``.
+    - A data module's batch-transfer hooks: refused (client jobs and the global evaluation call the module's).
 
     Example:
         >>> from lit_asyncfl.models import LogisticRegression
         >>> check_lightning_contract(LogisticRegression(input_dim=4), "fast")
     """
     name = type(module).__name__
+    if engine != "lightning":
+        hooks = [h for h in TRAINING_HOOKS if is_overridden(h, module, L.LightningModule)]
+        if hooks:
+            raise ValueError(
+                f"{name} overrides {hooks}, which engine={engine!r} does not run (it calls training_step, "
+                "configure_optimizers and the optimizer only); use engine='lightning' (a real lightning.Trainer "
+                "per client job)"
+            )
+    if datamodule is not None:
+        hooks = [h for h in DATAMODULE_BATCH_HOOKS if is_overridden(h, datamodule, L.LightningDataModule)]
+        if hooks:
+            raise ValueError(
+                f"{type(datamodule).__name__} overrides {hooks}: client jobs and the global evaluation call the "
+                f"module's batch hooks, not the data module's; define them on {name} instead"
+            )
     callbacks = module.configure_callbacks()
     if callbacks:
         listed = [type(cb).__name__ for cb in (callbacks if isinstance(callbacks, (list, tuple)) else [callbacks])]
@@ -40,12 +70,14 @@ def check_lightning_contract(module: L.LightningModule, engine: str) -> None:
     try:
         config = module.configure_optimizers()
     except RuntimeError as exc:
-        if engine != "lightning" and "not attached to a `Trainer`" in str(exc):
-            raise ValueError(
-                f"{name}.configure_optimizers() reads self.trainer, which engine={engine!r} does not provide; "
-                "use engine='lightning'"
-            ) from exc
-        raise
+        if "not attached to a `Trainer`" not in str(exc):
+            raise
+        if engine == "lightning":
+            return  # each job's Trainer provides it (its schedulers are not checked here)
+        raise ValueError(
+            f"{name}.configure_optimizers() reads self.trainer, which engine={engine!r} does not provide; "
+            "use engine='lightning'"
+        ) from exc
     try:
         _, schedulers = parse_optimizers(config)
     except (TypeError, ValueError):

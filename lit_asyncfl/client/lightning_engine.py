@@ -19,7 +19,7 @@ from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.client.engine_base import LocalEngine
 from lit_asyncfl.client.kernels import OneDNN
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
-from lit_asyncfl.data.shards import ClientShards, DatasetShards
+from lit_asyncfl.data.shards import ClientShards, DatasetShards, steps_per_epoch
 
 #: Flags of every per-update ``lightning.Trainer``: nothing but the training loop.
 TRAINER_FLAGS: dict[str, Any] = {
@@ -41,6 +41,10 @@ class _JobBatches(IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.shards.batches(self.client, self.batch_size, self.generator))
+
+    def __len__(self) -> int:
+        """Steps per epoch, so that ``num_training_batches`` and ``estimated_stepping_batches`` are the job's."""
+        return steps_per_epoch(self.shards.num_samples(self.client), self.batch_size, self.shards.drop_last)
 
 
 class _StayOnDevice(SingleDeviceStrategy):

@@ -188,7 +188,11 @@ class FederatedDataModule(L.LightningDataModule):
             return None
         tensors = dataset_tensors(self._full_train_set)
         if tensors is None:
-            raise ValueError(f"{type(self).__name__}: server data needs a training set of (input, label) tensors")
+            raise ValueError(
+                f"{type(self).__name__}: server data (e.g. FedADT's distillation set) is held out of a training set "
+                f"of tensors, got a {type(self._full_train_set).__name__}; give the data module a "
+                "TensorDataset(inputs, labels) as its training set"
+            )
         x, y = tensors
         order = np.random.default_rng([seed, 0x5E4]).permutation(len(y))
         k = max(1, round(fraction * len(y)))
@@ -247,20 +251,21 @@ def split_dataset(
     every draw (``transform``: the per-batch transform of resident inputs, see :class:`ClientShards`). Returns the
     shards and the samples' labels (``None`` when the partition needs none and the dataset has none)."""
     rng = np.random.default_rng([seed, 0x9A27])  # a stream of its own: the split does not move other draws
-    tensors = dataset_tensors(dataset) if label_fn is None else None
+    static = collate_fn is None or collate_fn is default_collate  # a user collate_fn runs at every batch
+    tensors = dataset_tensors(dataset) if label_fn is None and static else None
     if tensors is not None:
         labels: np.ndarray | None = tensors[1].cpu().numpy()
     elif partitioner.needs_labels:
         labels = dataset_targets(dataset, label_fn)
-    else:
+    else:  # labels only describe the split (partition.csv): never read every sample for them
         try:
-            labels = dataset_targets(dataset, label_fn)
+            labels = dataset_targets(dataset, label_fn, read_samples=label_fn is not None)
         except ValueError:
-            labels = None  # e.g. an IID split of unlabelled samples
+            labels = None
     n = len(dataset)  # type: ignore[arg-type]
     indices = partitioner(labels if labels is not None else np.zeros(n, dtype=np.int64), num_clients, rng, slowness,
                           groups)  # fmt: skip
-    if tensors is None and dataset_tensors(dataset) is not None:  # a label function over a tensor dataset
+    if tensors is None and static and dataset_tensors(dataset) is not None:  # a label function over tensors
         tensors = dataset_tensors(dataset)
     if tensors is not None:
         return ClientShards(tensors[0], tensors[1], indices, device, transform, drop_last), labels

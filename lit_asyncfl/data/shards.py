@@ -191,9 +191,23 @@ def _sample_label(sample: Any) -> Any:
     raise TypeError(f"a {type(sample).__name__} sample is neither (input, label, ...) nor a dict")
 
 
-def dataset_targets(dataset: Dataset, label_fn: Callable[[Any], Any] | None = None) -> np.ndarray:
+def _label_attribute(dataset: Dataset) -> np.ndarray | None:
+    """A ``targets``/``labels`` attribute holding one label per sample (not, e.g., a list of class names)."""
+    base, index = (dataset.dataset, np.asarray(dataset.indices)) if isinstance(dataset, Subset) else (dataset, None)
+    for attr in ("targets", "labels"):
+        values = getattr(base, attr, None)
+        if values is not None and len(values) == len(base):  # type: ignore[arg-type]
+            values = np.asarray(values.cpu() if isinstance(values, Tensor) else values)
+            return values if index is None else values[index]
+    return None
+
+
+def dataset_targets(
+    dataset: Dataset, label_fn: Callable[[Any], Any] | None = None, read_samples: bool = True
+) -> np.ndarray:
     """Labels of every sample, for label-based partitions: ``label_fn(sample)`` when given, else the dataset's
-    ``targets``/``labels`` attribute, else each sample's second element or its ``label``-like key.
+    ``targets``/``labels`` attribute (one per sample), else (``read_samples``) each sample's second element or its
+    ``label``-like key.
 
     Raises:
         ValueError: No labels can be found; the message says how to give them.
@@ -202,13 +216,11 @@ def dataset_targets(dataset: Dataset, label_fn: Callable[[Any], Any] | None = No
     if tensors is not None and label_fn is None:
         return tensors[1].cpu().numpy()
     if label_fn is None:
-        if isinstance(dataset, Subset):
-            for attr in ("targets", "labels"):
-                if hasattr(dataset.dataset, attr):
-                    return np.asarray(getattr(dataset.dataset, attr))[np.asarray(dataset.indices)]
-        for attr in ("targets", "labels"):
-            if hasattr(dataset, attr):
-                return np.asarray(getattr(dataset, attr))
+        found = _label_attribute(dataset)
+        if found is not None:
+            return found
+        if not read_samples:
+            raise ValueError(f"{type(dataset).__name__} has no targets/labels attribute")
     read = label_fn if label_fn is not None else _sample_label
     try:
         labels = [read(dataset[i]) for i in range(len(dataset))]  # type: ignore[arg-type]
