@@ -243,12 +243,12 @@ class GlobalEvaluation:
                     torch.default_generator.manual_seed(eval_seed)
                     random.seed(eval_seed)
                     np.random.seed(eval_seed % 2**32)
-                    results = run_evaluation(self._model, self.batches, "val")
+                    results = run_evaluation(self._model, self.batches, "val", server.version)
             finally:
                 random.setstate(state[0])
                 np.random.set_state(state[1])
         else:
-            results = run_evaluation(self._model, self.batches, "val")
+            results = run_evaluation(self._model, self.batches, "val", server.version)
         metrics = {k: v for result in results for k, v in result.items()}
         for key in [k for k in metrics if k.endswith("_epoch")]:  # on_step and on_epoch: also the bare name, as
             metrics.setdefault(key[: -len("_epoch")], metrics[key])  # in Lightning's callback_metrics

@@ -127,13 +127,50 @@ class EpochLog:
         return out
 
 
+class JobLog(EpochLog):
+    """Stands in for ``self.log`` in ``training_step`` during one client job: a logged value is reduced over the
+    job's steps (``reduce_fx``; means weighted by batch size), whatever ``on_step``/``on_epoch`` say; a logged
+    metric object reports its value when last logged (Lightning resets logged metric objects at each epoch's end,
+    so that is the last local epoch's value). A client update so reports the job's mean of what the module logs
+    (e.g. its ``train_loss``).
+
+    Example:
+        >>> log = JobLog()
+        >>> log.batch = torch.zeros(4, 1)
+        >>> log.log("train_loss", 1.0); log.batch = torch.zeros(2, 1); log.log("train_loss", 4.0)
+        >>> log.results()[0]
+        {'train_loss': 2.0}
+    """
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.metric_values: dict[str, float] = {}
+        self.metric_objects: dict[str, Metric] = {}
+
+    def log(self, name: str, value: Any, *args: Any, on_step: bool | None = None, **kwargs: Any) -> None:
+        if isinstance(value, Metric):
+            self.metric_values[name] = float(value.compute())
+            self.metric_objects[name] = value
+            return
+        kwargs.pop("on_epoch", None)
+        super().log(name, value, *args, on_step=False, on_epoch=True, **kwargs)
+
+    def epoch_end(self) -> None:
+        """Reset the logged metric objects, as Lightning does at the end of every training epoch."""
+        for metric in self.metric_objects.values():
+            metric.reset()
+
+    def results(self) -> list[dict[str, float]]:
+        return [{**super().results()[0], **self.metric_values}]
+
+
 def _hook(module: L.LightningModule, name: str, *args: Any) -> Any:
     return getattr(module, name)(*args)
 
 
 @torch.no_grad()
 def run_evaluation(
-    module: L.LightningModule, dataloaders: Sequence[Sequence[Any]], stage: str = "val"
+    module: L.LightningModule, dataloaders: Sequence[Sequence[Any]], stage: str = "val", global_step: int = 0
 ) -> list[dict[str, float]]:
     """Run Lightning's evaluation loop of ``module`` over ``dataloaders`` (each an iterable of batches).
 
@@ -142,7 +179,8 @@ def run_evaluation(
     ``on_after_batch_transfer``, ``on_{stage}_batch_start``, the step, ``on_{stage}_batch_end``; then
     ``on_{stage}_epoch_end``, ``on_{stage}_end`` and ``on_{stage}_model_train`` (the previous mode back). With several
     dataloaders the step and batch hooks get ``dataloader_idx``. A module without the step is scored as a classifier
-    from its logits (``{stage}_loss`` and ``{stage}_acc``).
+    from its logits (``{stage}_loss`` and ``{stage}_acc``). Without a Trainer attached, ``self.trainer`` is a
+    :class:`~lit_asyncfl.client.job_trainer.JobTrainer` of the stage (``global_step``: the global version).
 
     Returns:
         One dict of the epoch's logged values per dataloader.
@@ -161,6 +199,11 @@ def run_evaluation(
     log = EpochLog(len(dataloaders))
     was_training = module.training
     module.log, module.log_dict = log.log, log.log_dict  # type: ignore[method-assign]
+    from lit_asyncfl.client.job_trainer import JobTrainer  # here: the client package imports this module
+
+    stand_in = module._trainer is None
+    if stand_in:  # self.trainer reads what a Trainer validating these weights would say
+        module._trainer = JobTrainer("fast", stage="validate" if stage == "val" else "test", global_step=global_step)
     try:
         if is_overridden(f"on_{prefix}_model_eval", module, L.LightningModule):
             _hook(module, f"on_{prefix}_model_eval")
@@ -172,8 +215,9 @@ def run_evaluation(
             log.dataloader_idx = dataloader_idx
             extra = (dataloader_idx,) if several else ()
             for batch_idx, batch in enumerate(batches):
-                batch = module._on_before_batch_transfer(batch, dataloader_idx)
-                batch = module._apply_batch_transfer_handler(batch, module.device, dataloader_idx)
+                batch = module.on_before_batch_transfer(batch, dataloader_idx)  # the module's (a data module's
+                batch = module.transfer_batch_to_device(batch, module.device, dataloader_idx)  # are refused)
+                batch = module.on_after_batch_transfer(batch, dataloader_idx)
                 log.batch = batch
                 _hook(module, f"on_{prefix}_batch_start", batch, batch_idx, *extra)
                 if has_step:
@@ -187,6 +231,8 @@ def run_evaluation(
         _hook(module, f"on_{prefix}_end")
     finally:
         del module.log, module.log_dict
+        if stand_in:
+            module._trainer = None
         if is_overridden(f"on_{prefix}_model_train", module, L.LightningModule):
             _hook(module, f"on_{prefix}_model_train")
         else:

@@ -222,6 +222,16 @@ class OneCycle(Classifier):
         return [opt], [torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=steps)]
 
 
+class OneCycleRecording(OneCycle):
+    """Reads self.trainer in configure_optimizers and in training_step."""
+
+    def training_step(self, batch, batch_idx):
+        self.seen = getattr(self, "seen", [])
+        t = self.trainer
+        self.seen.append((t.current_epoch, t.global_step, t.estimated_stepping_batches))
+        return super().training_step(batch, batch_idx)
+
+
 class StepDecay(Classifier):
     def configure_optimizers(self):
         opt = torch.optim.SGD(self.parameters(), lr=0.1)
@@ -242,12 +252,30 @@ def test_what_client_jobs_cannot_honour_is_refused_at_fit_start(tmp_path, engine
         _fit(tmp_path, module(), engine=engine)
 
 
-def test_a_trainer_dependent_optimizer_config_is_refused_by_the_fast_engine_and_runs_under_lightning(tmp_path):
+def test_self_trainer_in_configure_optimizers_and_training_step_as_a_trainer_of_the_job(tmp_path):
+    runs = {}
+    for engine in ("fast", "lightning"):
+        torch.manual_seed(0)
+        model = OneCycleRecording()
+        trainer = _fit(tmp_path / engine, model, engine=engine, local_epochs=2)
+        engine_module = trainer.simulator.executor.trainer.module
+        runs[engine] = (trainer.simulator.server.weights, engine_module.seen)
+    assert torch.equal(runs["fast"][0], runs["lightning"][0])  # the same schedule over the job's steps
+    assert runs["fast"][1] == runs["lightning"][1]  # (current_epoch, global_step, estimated_stepping_batches)
+    assert runs["fast"][1][-1][0] == 1  # the last job's second epoch
+
+
+class ReadsDatamodule(Classifier):
+    def configure_optimizers(self):
+        self.trainer.datamodule  # noqa: B018 (what a job of the fast engine cannot offer)
+        return super().configure_optimizers()
+
+
+def test_what_self_trainer_cannot_offer_is_refused_at_fit_start_naming_the_engine(tmp_path):
     with pytest.raises(
-        ValueError, match=r"reads self.trainer, which engine='fast' does not provide; use engine='lightning'"
+        ValueError, match=r"self.trainer.datamodule is not available under engine='fast'.*engine='lightning'"
     ):
-        _fit(tmp_path / "fast", OneCycle())
-    assert _fit(tmp_path / "lightning", OneCycle(), engine="lightning").summary["versions"] == 6
+        _fit(tmp_path, ReadsDatamodule())
 
 
 class EpochEndHook(Classifier):
@@ -503,3 +531,49 @@ def test_the_cohort_engine_draws_a_datasets_transforms_as_the_fast_engine(tmp_pa
         torch.manual_seed(0)
         runs[engine] = _fit_user(tmp_path / engine, Classifier(), UserData(), engine=engine).simulator.server.weights
     torch.testing.assert_close(runs["cohort"], runs["fast"], rtol=1e-5, atol=1e-6)
+
+
+class LogsInTraining(Classifier):
+    """Logs its loss (on_step, Lightning's default in training) and a metric object from training_step, and
+    records what it logged with the batch sizes (an independent account of the job's weighted mean)."""
+
+    def __init__(self):
+        super().__init__()
+        self.train_acc = MulticlassAccuracy(num_classes=10)
+        self.record = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        loss = F.cross_entropy(logits, y)
+        self.train_acc(logits, y)
+        self.log("train_loss", loss)
+        self.log("train_acc", self.train_acc)
+        self.record.append((float(loss), len(y)))
+        return loss
+
+
+def test_what_training_step_logs_reaches_run_callbacks_per_update(tmp_path):
+    from lit_asyncfl.callbacks import Callback
+
+    class Collect(Callback):
+        def __init__(self):
+            self.updates = []
+
+        def on_client_update(self, trainer, update, aggregated):
+            module = trainer.simulator.executor.trainer.module  # jobs run when their update is asked for
+            self.updates.append((update.metrics, list(module.record)))
+            module.record.clear()
+
+    seen = {}
+    for engine in ("fast", "lightning"):
+        collect = Collect()
+        torch.manual_seed(0)
+        _fit(tmp_path / engine, LogsInTraining(), engine=engine, callbacks=[collect])
+        seen[engine] = collect.updates
+    for metrics, record in seen["fast"]:
+        total = sum(n for _, n in record)
+        expected = sum(loss * n for loss, n in record) / total  # batch-size weighted mean over the job's steps
+        assert metrics["train_loss"] == pytest.approx(expected, rel=1e-5)
+        assert 0.0 <= metrics["train_acc"] <= 1.0
+    assert [m for m, _ in seen["fast"]] == [m for m, _ in seen["lightning"]]  # the same in both engines

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from lit_asyncfl.core.update import ClientUpdate
     from lit_asyncfl.trainer import FederatedTrainer
 
 
@@ -62,6 +63,10 @@ class Callback:
 
     def on_scheduler_metrics(self, trainer: FederatedTrainer, metrics: dict[str, Any]) -> None:
         """Called when the algorithm's scheduler logs metrics (e.g. a round's latency) at the current version."""
+
+    def on_client_update(self, trainer: FederatedTrainer, update: ClientUpdate, aggregated: bool) -> None:
+        """Called when the server has processed a client's update (``update.metrics``: what its ``training_step``
+        logged, as the job's means; ``aggregated``: whether it made a new global version)."""
 
     def on_event_end(self, trainer: FederatedTrainer) -> None:
         """Called after each simulator event: a consistent state (the only point a resumable checkpoint is taken)."""

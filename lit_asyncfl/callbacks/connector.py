@@ -16,6 +16,7 @@ from lit_asyncfl.callbacks.progress import ProgressBar
 from lit_asyncfl.callbacks.run_checkpoint import RunCheckpoint
 from lit_asyncfl.callbacks.run_outputs import RunOutputs
 from lit_asyncfl.core.simulator import SimulationObserver, Simulator
+from lit_asyncfl.core.update import ClientUpdate
 
 if TYPE_CHECKING:
     from lit_asyncfl.trainer import FederatedTrainer
@@ -70,11 +71,13 @@ class CallbackConnector(SimulationObserver):
         self.callbacks = trainer.callbacks
         self.evaluation = trainer.evaluation
         self._event_end: list[Callback] = []
+        self._client_update: list[Callback] = []
 
     def setup(self) -> None:
         """Take the trainer's callbacks as they are at the start of a fit."""
         self.callbacks = self.trainer.callbacks
         self._event_end = [cb for cb in self.callbacks if is_overridden("on_event_end", cb, Callback)]
+        self._client_update = [cb for cb in self.callbacks if is_overridden("on_client_update", cb, Callback)]
 
     def call(self, hook: str, *args: Any) -> None:
         """Call ``hook`` of every callback, in order, with the trainer and ``args``."""
@@ -105,6 +108,10 @@ class CallbackConnector(SimulationObserver):
         self.call("on_new_version")
         if self.evaluation.is_due(sim.server.version):
             self.evaluate(sim)
+
+    def on_update(self, sim: Simulator, update: ClientUpdate, aggregated: bool) -> None:
+        for cb in self._client_update:
+            cb.on_client_update(self.trainer, update, aggregated)
 
     def on_log(self, sim: Simulator, metrics: dict[str, Any]) -> None:
         if self.evaluation.has(sim.server.version):  # they join that version's evaluation row

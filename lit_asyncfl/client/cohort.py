@@ -13,6 +13,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from lit_asyncfl.client.callbacks import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.client.engine_base import LocalEngine, parse_optimizers
+from lit_asyncfl.client.job_trainer import JobTrainer
 from lit_asyncfl.client.kernels import OneDNN
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
@@ -74,7 +75,11 @@ def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] 
                 f"{', '.join(c.__name__ for c in SUPPORTED_CALLBACKS)}; callbacks that interact with the server "
                 "mid-training or keep state ordered by virtual time need engine='fast')"
             )
-    optimizer, schedulers = parse_optimizers(module.configure_optimizers())  # type: ignore[operator]
+    module._trainer = JobTrainer("cohort", 1, 1)  # as at fit start: what self.trainer offers a job
+    try:
+        optimizer, schedulers = parse_optimizers(module.configure_optimizers())  # type: ignore[operator]
+    finally:
+        module._trainer = None
     groups = optimizer.param_groups
     if type(optimizer) is not torch.optim.SGD or len(groups) != 1 or schedulers:
         raise ValueError(

@@ -10,6 +10,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from lit_asyncfl.client.engine_base import parse_optimizers
+from lit_asyncfl.client.job_trainer import JobTrainer
 
 _log = logging.getLogger("lit_asyncfl")
 
@@ -35,8 +36,9 @@ def check_lightning_contract(
     - ``ReduceLROnPlateau``: refused (it needs a metric per local epoch that no client job computes).
     - Other LR schedulers: announced. Every client job builds a fresh optimizer and schedulers from
       ``configure_optimizers``, so a schedule restarts with each job (it does not decay across the run).
-    - ``configure_optimizers`` reading ``self.trainer`` (e.g. ``estimated_stepping_batches``), and overridden
-      hooks of Lightning's training loop (:data:`TRAINING_HOOKS`): refused outside ``engine="lightning"``.
+    - ``configure_optimizers`` reading what :class:`~lit_asyncfl.client.job_trainer.JobTrainer` does not offer,
+      and overridden hooks of Lightning's training loop (:data:`TRAINING_HOOKS`): refused outside
+      ``engine="lightning"``.
     - A data module's batch-transfer hooks: refused (client jobs and the global evaluation call the module's).
 
     Example:
@@ -67,17 +69,23 @@ def check_lightning_contract(
             "Pass run callbacks for the global model to FederatedTrainer(callbacks=[...]) (lit_asyncfl.callbacks: "
             "ModelCheckpoint, EarlyStopping, ...) instead"
         )
-    try:
-        config = module.configure_optimizers()
-    except RuntimeError as exc:
-        if "not attached to a `Trainer`" not in str(exc):
-            raise
-        if engine == "lightning":
+    if engine == "lightning":
+        try:
+            config = module.configure_optimizers()
+        except RuntimeError as exc:
+            if "not attached to a `Trainer`" not in str(exc):
+                raise
             return  # each job's Trainer provides it (its schedulers are not checked here)
-        raise ValueError(
-            f"{name}.configure_optimizers() reads self.trainer, which engine={engine!r} does not provide; "
-            "use engine='lightning'"
-        ) from exc
+    else:
+        module._trainer = JobTrainer(engine, 1, 1)  # what a job offers: an unavailable attribute is refused here
+        try:
+            config = module.configure_optimizers()
+        except AttributeError as exc:
+            if "is not available under engine=" not in str(exc):
+                raise
+            raise ValueError(f"{name}.configure_optimizers(): {exc}") from exc
+        finally:
+            module._trainer = None
     try:
         _, schedulers = parse_optimizers(config)
     except (TypeError, ValueError):
@@ -93,5 +101,7 @@ def check_lightning_contract(
         kinds = sorted({type(s).__name__ for s, _ in schedulers})
         _log.info(
             f"lit_asyncfl: {name}'s LR schedulers {kinds} restart with every client job (each job builds its "
-            "optimizer from configure_optimizers): they decay within a job's local epochs, not across the run"
+            "optimizer from configure_optimizers): they decay within a job's local epochs, not across the run; for "
+            "a decay across the run by global version add lit_asyncfl.client.LearningRateDecay(decay) to the "
+            "algorithm's client_callbacks"
         )

@@ -90,6 +90,8 @@ class LocalEngine:
         self.onednn = onednn
         #: Extras of the job in progress, copied into ``update.info`` (callbacks add to it).
         self.job_info: dict[str, Any] = {}
+        #: What the job in progress logs in ``training_step`` (an engine that collects it sets one per job).
+        self.job_log: Any = None
         #: The module's torchmetrics objects, reset at the start of every job (as each Lightning fit starts anew).
         self.metrics = [m for m in self.module.modules() if isinstance(m, Metric)]
 
@@ -141,6 +143,9 @@ class LocalEngine:
     def finish_job(self, job: ClientJob, start_weights: Tensor, steps: int, loss_sum: Any) -> ClientUpdate:
         """The update of the job just trained on :attr:`module`, after the client callbacks' ``on_train_end``."""
         update = self.make_update(job, self.flat.read(), start_weights, steps, loss_sum, self.job_info)
+        if self.job_log is not None:
+            update.metrics = self.job_log.results()[0]
+            self.job_log = None
         for cb in self.callbacks:
             cb.on_train_end(self, job, update)  # type: ignore[arg-type]
         return update

@@ -12,9 +12,12 @@ from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.client.engine_base import LocalEngine, parse_optimizers
 
 __all__ = ["LocalTrainer", "parse_optimizers"]
+from lit_asyncfl.client.job_trainer import JobTrainer
 from lit_asyncfl.client.kernels import OneDNN
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
-from lit_asyncfl.data.shards import ClientShards, DatasetShards
+from lit_asyncfl.core.workspace import _no_log
+from lit_asyncfl.data.shards import ClientShards, DatasetShards, steps_per_epoch
+from lit_asyncfl.validation_loop import JobLog
 
 
 class LocalTrainer(LocalEngine):
@@ -23,8 +26,10 @@ class LocalTrainer(LocalEngine):
     Per job: load the start weights with one copy, seed the job's randomness, build a fresh optimizer with the
     module's ``configure_optimizers``, and for each batch call the module's ``training_step``, ``backward``, the
     client callbacks' ``on_after_backward`` and ``optimizer.step``. Schedulers step per epoch or per step as
-    configured. ``self.log`` calls in ``training_step`` are ignored; ``self.trainer`` is not available (modules that
-    need a full ``lightning.Trainer`` are out of scope of this engine).
+    configured. What ``training_step`` logs with ``self.log`` becomes the update's ``metrics`` (the job's means);
+    ``self.trainer`` is a
+    :class:`~lit_asyncfl.client.job_trainer.JobTrainer` (epoch, step, the job's step counts; anything else is
+    refused naming ``engine="lightning"``, for modules that need a full ``lightning.Trainer``).
 
     Args:
         module: The user's module; a private deep copy is trained.
@@ -63,6 +68,25 @@ class LocalTrainer(LocalEngine):
     def _train(self, job: ClientJob, start_weights: Tensor, fresh: tuple[Tensor, int] | None) -> ClientUpdate:
         module = self.module
         generator = self.start_job(job, start_weights)
+        per_epoch = steps_per_epoch(self.shards.num_samples(job.client), self.batch_size, self.shards.drop_last)
+        module._trainer = stand_in = JobTrainer("fast", job.local_epochs, per_epoch)  # what self.trainer reads
+        self.job_log = JobLog()
+        module.log, module.log_dict = self.job_log.log, self.job_log.log_dict  # type: ignore[method-assign]
+        try:
+            return self._run(job, start_weights, fresh, generator, stand_in)
+        finally:
+            module._trainer = None
+            module.log = module.log_dict = _no_log  # type: ignore[method-assign,assignment]
+
+    def _run(
+        self,
+        job: ClientJob,
+        start_weights: Tensor,
+        fresh: tuple[Tensor, int] | None,
+        generator: torch.Generator,
+        stand_in: JobTrainer,
+    ) -> ClientUpdate:
+        module = self.module
         optimizer, schedulers = parse_optimizers(module.configure_optimizers())
         self.optimizer = optimizer
         self.job_info = {"lr": float(optimizer.param_groups[0]["lr"])}
@@ -72,11 +96,13 @@ class LocalTrainer(LocalEngine):
         steps = 0
         interact_at = job.request_step if fresh is not None else None
         last_batch = None
-        for _ in range(job.local_epochs):
+        for epoch in range(job.local_epochs):
+            stand_in.current_epoch = epoch
             for batch_idx, batch in enumerate(self.shards.batches(job.client, self.batch_size, generator)):
                 if steps == interact_at:
                     self.fresh_model(job, fresh, last_batch)
                     interact_at = None
+                self.job_log.batch = batch
                 out = module.training_step(batch, batch_idx)
                 loss = out["loss"] if isinstance(out, dict) else out
                 if loss is None:  # Lightning semantics: skip this batch
@@ -89,12 +115,14 @@ class LocalTrainer(LocalEngine):
                 optimizer.step()
                 loss_sum += loss.detach()
                 steps += 1
+                stand_in.global_step = steps
                 for sched, interval in schedulers:
                     if interval == "step":
                         sched.step()
             for sched, interval in schedulers:
                 if interval == "epoch":
                     sched.step()
+            self.job_log.epoch_end()
         if interact_at is not None:  # the request comes after the last step
             self.fresh_model(job, fresh, last_batch)
         return self.finish_job(job, start_weights, steps, loss_sum)

@@ -20,6 +20,7 @@ from lit_asyncfl.client.engine_base import LocalEngine
 from lit_asyncfl.client.kernels import OneDNN
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.data.shards import ClientShards, DatasetShards, steps_per_epoch
+from lit_asyncfl.validation_loop import JobLog
 
 #: Flags of every per-update ``lightning.Trainer``: nothing but the training loop.
 TRAINER_FLAGS: dict[str, Any] = {
@@ -78,6 +79,8 @@ class _ClientHooks(L.Callback):
             cb.on_train_start(engine, self.job, self.start)  # type: ignore[arg-type]
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
+        if self.engine.job_log is not None:
+            self.engine.job_log.batch = batch
         if self.steps == self.interact_at:
             self.interact_at = None
             self.engine.fresh_model(self.job, self.fresh, self.last_batch)
@@ -200,9 +203,25 @@ class LightningLocalTrainer(LocalEngine):
             generator=torch.Generator(),
         )
         hooks = _ClientHooks(self, job, start_weights, fresh)
-        with _quiet_lightning(), OneDNN(self.onednn):
-            trainer = self._trainer(job.local_epochs, hooks)
-            trainer.fit(self.module, train_dataloaders=loader)
+        self.job_log = job_log = JobLog()
+        module = self.module
+
+        def log(name: str, value: Any, *args: Any, **kwargs: Any) -> None:  # the job's means, and Lightning's log
+            if module._trainer is not None and module.trainer.training:
+                job_log.log(name, value, *args, **kwargs)
+            L.LightningModule.log(module, name, value, *args, **kwargs)
+
+        def log_dict(dictionary: Any, *args: Any, **kwargs: Any) -> None:
+            for name, value in dict(dictionary).items():
+                log(name, value, *args, **kwargs)
+
+        module.log, module.log_dict = log, log_dict  # type: ignore[method-assign]
+        try:
+            with _quiet_lightning(), OneDNN(self.onednn):
+                trainer = self._trainer(job.local_epochs, hooks)
+                trainer.fit(module, train_dataloaders=loader)
+        finally:
+            del module.log, module.log_dict
         if self.flat.params and self.flat.params[0].data_ptr() != self.flat.flat.data_ptr():
             raise RuntimeError(
                 "the Trainer replaced the module's parameters (e.g. a '-true' precision converted them); the "

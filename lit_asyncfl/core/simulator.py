@@ -53,6 +53,9 @@ class SimulationObserver:
     def on_log(self, sim: Simulator, metrics: dict[str, Any]) -> None:
         """The scheduler logged ``metrics`` at the current version (see :meth:`Simulator.log`)."""
 
+    def on_update(self, sim: Simulator, update: ClientUpdate, aggregated: bool) -> None:
+        """The server processed ``update`` (``aggregated``: whether it made a new version)."""
+
 
 class Simulator:
     """Runs one federated simulation on a virtual clock.
@@ -367,6 +370,8 @@ class Simulator:
         aggregated = self.server.receive(update)
         if aggregated:
             self._new_version()
+        for observer in self.observers:
+            observer.on_update(self, update, aggregated)
         self.scheduler.on_update(self, job, aggregated)
         self.stalled_arrivals = 0 if self.server.version > version else self.stalled_arrivals + 1
 

@@ -96,6 +96,8 @@ class ClientUpdate:
         train_loss: Mean training loss over the local steps.
         staleness: ``t - o``, set by the server on arrival.
         info: Free-form extras written by client callbacks (e.g. merge statistics).
+        metrics: What the module logged with ``self.log`` in ``training_step`` during the job, each value's mean
+            over the job's steps (weighted by batch size) or its metric object's value at the job's end.
     """
 
     job: ClientJob
@@ -106,6 +108,7 @@ class ClientUpdate:
     train_loss: float
     staleness: int = -1
     info: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def client(self) -> int:
@@ -133,6 +136,7 @@ class ClientUpdate:
             "train_loss": self.train_loss,
             "staleness": self.staleness,
             "info": dict(self.info),
+            "metrics": dict(self.metrics),
         }
 
     @classmethod
