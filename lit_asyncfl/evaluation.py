@@ -215,11 +215,6 @@ class GlobalEvaluation:
         if history:
             self.monitor_name, self._resolved = monitor_name, True
 
-    @property
-    def enabled(self) -> bool:
-        """Whether there is data to evaluate on."""
-        return bool(self.batches)
-
     def is_due(self, version: int) -> bool:
         """Whether the schedule evaluates ``version``."""
         return version % self.every == 0
