@@ -10,6 +10,7 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.trainer.connectors.logger_connector.fx_validator import _FxValidator  # where logging is allowed
 from lightning.pytorch.utilities.data import extract_batch_size  # Lightning's own inference of self.log's size
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
@@ -67,9 +68,12 @@ class EpochLog:
 
     def __init__(self, num_dataloaders: int) -> None:
         self.num_dataloaders = num_dataloaders
-        self.entries: dict[str, tuple[_Entry, int | None]] = {}
+        self.entries: dict[tuple[str, str], tuple[_Entry, int | None]] = {}
         self.batch: Any = None
         self.dataloader_idx: int | None = None
+        #: The hook logging now (what may be logged where is Lightning's own rule); a key logged by two hooks keeps
+        #: the later hook's value, as in Lightning.
+        self.hook = "validation_step"
 
     def log(
         self,
@@ -88,8 +92,12 @@ class EpochLog:
         metric_attribute: str | None = None,
         rank_zero_only: bool = False,
     ) -> None:
-        on_step = bool(on_step)
-        on_epoch = True if on_epoch is None else on_epoch
+        on_step, on_epoch = _FxValidator.check_logging_and_get_default_levels(self.hook, on_step, on_epoch)
+        if not isinstance(value, Metric) and torch.as_tensor(value).numel() != 1:
+            raise ValueError(
+                f"`self.log({name!r}, value)` was called, but the tensor must have a single element; "
+                f"got shape {tuple(torch.as_tensor(value).shape)} (as Lightning)"
+            )
         if not on_epoch:
             return  # a per-step value for the logger only: not part of the epoch's results
         reduction = _REDUCTIONS.get(reduce_fx) if isinstance(reduce_fx, str) else _TORCH_REDUCTIONS.get(reduce_fx)
@@ -102,11 +110,23 @@ class EpochLog:
         idx = self.dataloader_idx if self.num_dataloaders > 1 and add_dataloader_idx else None
         if idx is not None:
             key = f"{key}/dataloader_idx_{idx}"
-        if key not in self.entries:
-            self.entries[key] = (_Entry(reduction), self.dataloader_idx)
+        entry_key = (self.hook, key)
+        if entry_key not in self.entries:
+            self.entries[entry_key] = (_Entry(reduction), self.dataloader_idx)
+        entry, idx_logged = self.entries[entry_key]
+        if entry.reduction != reduction:
+            raise ValueError(
+                f"You called `self.log({name!r}, ...)` twice in `{self.hook}` with different reduce_fx "
+                f"({entry.reduction!r}, then {reduction!r}); this is not allowed (as Lightning)"
+            )
+        if idx_logged != self.dataloader_idx and self.num_dataloaders > 1:
+            raise ValueError(
+                f"You called `self.log({name!r}, ..., add_dataloader_idx=False)` from dataloaders {idx_logged} and "
+                f"{self.dataloader_idx}: their values would mix; log one name per dataloader (as Lightning refuses)"
+            )
         if batch_size is None:
             batch_size = extract_batch_size(self.batch) if self.batch is not None else 1
-        self.entries[key][0].update(value, batch_size or 1)
+        entry.update(value, batch_size or 1)
 
     def log_dict(self, dictionary: Any, **kwargs: Any) -> None:
         for name, value in dict(dictionary).items():
@@ -115,7 +135,7 @@ class EpochLog:
     def results(self) -> list[dict[str, float]]:
         """One dict per dataloader, as ``lightning.Trainer.validate`` returns: the keys logged while that dataloader
         ran, plus those logged outside any dataloader (the epoch-level hooks); metric objects are reset."""
-        computed = {key: (entry.compute(), idx) for key, (entry, idx) in self.entries.items()}
+        computed = {key: (entry.compute(), idx) for (_, key), (entry, idx) in self.entries.items()}  # later wins
         for entry, _ in self.entries.values():
             if entry.metric is not None:
                 entry.metric.reset()
@@ -144,6 +164,7 @@ class JobLog(EpochLog):
 
     def __init__(self) -> None:
         super().__init__(1)
+        self.hook = "training_step"
         self.metric_values: dict[str, float] = {}
         self.metric_objects: dict[str, Metric] = {}
 
@@ -164,7 +185,9 @@ class JobLog(EpochLog):
         return [{**super().results()[0], **self.metric_values}]
 
 
-def _hook(module: L.LightningModule, name: str, *args: Any) -> Any:
+def _hook(module: L.LightningModule, name: str, *args: Any, log: EpochLog | None = None) -> Any:
+    if log is not None:
+        log.hook = name
     return getattr(module, name)(*args)
 
 
@@ -206,35 +229,37 @@ def run_evaluation(
         module._trainer = JobTrainer("fast", stage="validate" if stage == "val" else "test", global_step=global_step)
     try:
         if is_overridden(f"on_{prefix}_model_eval", module, L.LightningModule):
-            _hook(module, f"on_{prefix}_model_eval")
+            _hook(module, f"on_{prefix}_model_eval", log=log)
         else:
             module.eval()
-        _hook(module, f"on_{prefix}_start")
-        _hook(module, f"on_{prefix}_epoch_start")
+        _hook(module, f"on_{prefix}_start", log=log)
+        _hook(module, f"on_{prefix}_epoch_start", log=log)
         for dataloader_idx, batches in enumerate(dataloaders):
             log.dataloader_idx = dataloader_idx
             extra = (dataloader_idx,) if several else ()
             for batch_idx, batch in enumerate(batches):
+                log.hook = "on_before_batch_transfer"  # (no logging there, as in Lightning)
                 batch = module.on_before_batch_transfer(batch, dataloader_idx)  # the module's (a data module's
                 batch = module.transfer_batch_to_device(batch, module.device, dataloader_idx)  # are refused)
                 batch = module.on_after_batch_transfer(batch, dataloader_idx)
                 log.batch = batch
-                _hook(module, f"on_{prefix}_batch_start", batch, batch_idx, *extra)
+                _hook(module, f"on_{prefix}_batch_start", batch, batch_idx, *extra, log=log)
+                log.hook = step_name
                 if has_step:
                     output = getattr(module, step_name)(batch, batch_idx, *extra)
                 else:
                     output = _score_logits(module, batch, stage, log)
-                _hook(module, f"on_{prefix}_batch_end", output, batch, batch_idx, *extra)
+                _hook(module, f"on_{prefix}_batch_end", output, batch, batch_idx, *extra, log=log)
         log.batch, log.dataloader_idx = None, None
-        _hook(module, f"on_{prefix}_epoch_end")
+        _hook(module, f"on_{prefix}_epoch_end", log=log)
         results = log.results()
-        _hook(module, f"on_{prefix}_end")
+        _hook(module, f"on_{prefix}_end", log=log)  # self.log here raises, as in Lightning
     finally:
         del module.log, module.log_dict
         if stand_in:
             module._trainer = None
         if is_overridden(f"on_{prefix}_model_train", module, L.LightningModule):
-            _hook(module, f"on_{prefix}_model_train")
+            _hook(module, f"on_{prefix}_model_train", log=log)
         else:
             module.train(was_training)
     return results

@@ -487,6 +487,8 @@ def test_a_compiled_cohort_equals_the_eager_cohort(shards, monkeypatch):
             assert g.num_steps == w.num_steps
             assert torch.allclose(g.weights, w.weights, atol=1e-6), float((g.weights - w.weights).abs().max())
             assert not torch.equal(g.weights, start)
+            assert g.metrics.keys() == {"train_loss"}  # what MLP's training_step logs, split per job
+            assert g.metrics["train_loss"] == pytest.approx(w.metrics["train_loss"], rel=1e-5)
 
 
 def test_compile_cohort_needs_the_cohort_engine(tmp_path):

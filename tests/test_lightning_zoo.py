@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -138,6 +139,43 @@ class DictDataset(Dataset):
         return {"image": self.x[i], "label": self.y[i]}
 
 
+class SameKeyTwoHooks(Classifier):
+    """Logs one name per batch and again at epoch end: Lightning keeps the later hook's value."""
+
+    def validation_step(self, batch, batch_idx):
+        self.log("score", F.cross_entropy(self(batch[0]), batch[1]))
+
+    def on_validation_epoch_end(self):
+        self.log("score", 42.0)
+
+
+class Misuse(Classifier):
+    """A ``self.log`` call Lightning refuses, chosen by ``how``."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        loss = F.cross_entropy(self(batch[0]), batch[1])
+        if self.how == "non-scalar":
+            self.log("per_sample", F.cross_entropy(self(batch[0]), batch[1], reduction="none"))
+        elif self.how == "changing-reduce_fx":
+            self.log("loss", loss, reduce_fx="mean" if batch_idx == 0 else "max")
+        elif self.how == "no-dataloader-idx":
+            self.log("loss", loss, add_dataloader_idx=False)
+        else:
+            self.log("loss", loss)
+
+    def on_validation_epoch_end(self):
+        if self.how == "on_step-at-epoch-end":
+            self.log("late", 1.0, on_step=True)
+
+    def on_validation_end(self):
+        if self.how == "log-in-on_validation_end":
+            self.log("final", 1.0)
+
+
 def _loaders(kind):
     x, y = _data()
     if kind == "dict":
@@ -164,6 +202,7 @@ def _lightning_validate(model, loaders):
         pytest.param(DictBatches, "dict", id="dict-batches"),
         pytest.param(TwoLoaders, "two", id="two-validation-loaders"),
         pytest.param(Reductions, "tensor", id="reductions-and-batch-size"),
+        pytest.param(SameKeyTwoHooks, "tensor", id="same-key-in-step-and-epoch-end"),
     ],
 )
 def test_the_global_evaluation_equals_lightning_validate(module, kind):
@@ -179,6 +218,19 @@ def test_the_global_evaluation_equals_lightning_validate(module, kind):
             assert mine[key] == pytest.approx(value, rel=1e-6, abs=1e-7), key
     again = run_evaluation(fresh, [list(dl) for dl in loaders], "val")  # metric objects were reset
     assert again == ours
+
+
+@pytest.mark.parametrize(
+    "how", ["non-scalar", "changing-reduce_fx", "no-dataloader-idx", "on_step-at-epoch-end", "log-in-on_validation_end"]
+)
+def test_what_lightning_refuses_to_log_is_refused_by_the_global_evaluation(how):
+    loaders = _loaders("two" if how == "no-dataloader-idx" else "tensor")
+    refusals = (ValueError, MisconfigurationException)
+    with pytest.raises(refusals):
+        _lightning_validate(Misuse(how), loaders)
+    with pytest.raises(refusals) as our_error:
+        run_evaluation(Misuse(how), [list(dl) for dl in loaders], "val")
+    assert "self.log" in str(our_error.value), str(our_error.value)
 
 
 def test_validation_hooks_run_in_lightnings_order():
@@ -353,8 +405,8 @@ class CountingNoisyDigits(Dataset):
     """Digits with a random transform in ``__getitem__`` (noise from the global RNG, as torchvision transforms
     draw), counting the reads."""
 
-    def __init__(self, x, y, as_dict=False, label_key="label"):
-        self.x, self.y, self.as_dict, self.label_key = x, y, as_dict, label_key
+    def __init__(self, x, y, as_dict=False, label_key="label", noise=0.01):
+        self.x, self.y, self.as_dict, self.label_key, self.noise = x, y, as_dict, label_key, noise
         self.reads = 0
 
     def __len__(self):
@@ -362,7 +414,7 @@ class CountingNoisyDigits(Dataset):
 
     def __getitem__(self, i):
         self.reads += 1
-        image = self.x[i] + 0.01 * torch.randn_like(self.x[i])
+        image = self.x[i] + self.noise * torch.randn_like(self.x[i]) if self.noise else self.x[i]
         return {"image": image, self.label_key: self.y[i]} if self.as_dict else (image, self.y[i])
 
 
@@ -577,3 +629,137 @@ def test_what_training_step_logs_reaches_run_callbacks_per_update(tmp_path):
         assert metrics["train_loss"] == pytest.approx(expected, rel=1e-5)
         assert 0.0 <= metrics["train_acc"] <= 1.0
     assert [m for m, _ in seen["fast"]] == [m for m, _ in seen["lightning"]]  # the same in both engines
+
+
+# -- local training equals a plain lightning.Trainer.fit of the client's shard ------------------------------------
+class EpochPermutation(torch.utils.data.Sampler):
+    """One ``randperm`` of the shard per epoch from the job's seed: the batch order the job's own generator gives."""
+
+    def __init__(self, n, seed):
+        self.n, self.generator = n, torch.Generator().manual_seed(seed)
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return iter(torch.randperm(self.n, generator=self.generator).tolist())
+
+
+class ReadsTrainerInTraining(Classifier):
+    """Scales its loss by what self.trainer says (a module whose training depends on the Trainer's counters)."""
+
+    def training_step(self, batch, batch_idx):
+        t = self.trainer
+        scale = 1.0 + 0.1 * t.current_epoch + 0.01 * t.global_step
+        return scale * super().training_step(batch, batch_idx)
+
+
+def _plain_lightning_fit(model, update, shards, batch_size):
+    """The job as a Lightning user would run it: a fresh lightning.Trainer fitting the client's shard."""
+    from lit_asyncfl.core.flat import FlatParameters
+    from lit_asyncfl.data.shards import DatasetShards
+
+    job, idx = update.job, shards.indices[update.job.client]
+    if isinstance(shards, DatasetShards):
+        dataset, collate = torch.utils.data.Subset(shards.dataset, idx), shards.collate_fn
+    else:
+        dataset, collate = torch.utils.data.TensorDataset(shards.inputs[idx], shards.targets[idx]), None
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=EpochPermutation(len(idx), job.seed),
+                        drop_last=shards.drop_last, collate_fn=collate)  # fmt: skip
+    reference = copy.deepcopy(model)
+    FlatParameters(reference).load(update.base_weights)
+    trainer = L.Trainer(max_epochs=job.local_epochs, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)  # fmt: skip
+    trainer.fit(reference, train_dataloaders=loader)
+    return FlatParameters(reference).read()
+
+
+class FirstUpdates:
+    def __init__(self):
+        from lit_asyncfl.callbacks import Callback
+
+        outer = self
+
+        class Record(Callback):
+            def on_client_update(self, trainer, update, aggregated):
+                outer.updates.append(update)
+
+        self.updates, self.callback = [], Record()
+
+
+@pytest.mark.parametrize("engine", ["fast", "lightning", "cohort"])
+@pytest.mark.parametrize(
+    ("module", "data"),
+    [
+        pytest.param(Classifier, None, id="plain"),
+        pytest.param(StepDecay, None, id="epoch-scheduler"),
+        pytest.param(OneCycle, None, id="step-scheduler-from-self.trainer"),
+        pytest.param(ReadsTrainerInTraining, None, id="self.trainer-in-training_step"),
+        pytest.param(DictClassifier, dict(as_dict=True, noise=0.0), id="dict-batches"),
+        pytest.param(BatchNormNet, dict(drop_last=True, noise=0.0), id="batchnorm-drop_last"),
+    ],
+)  # fmt: skip
+def test_a_client_job_is_a_plain_lightning_fit_of_the_clients_shard(tmp_path, engine, module, data):
+    torch.manual_seed(0)
+    model, record = module(), FirstUpdates()
+    kwargs = dict(engine=engine, callbacks=[record.callback], local_epochs=2, max_versions=3)
+    fit = (lambda: _fit(tmp_path, model, **kwargs)) if data is None else (
+        lambda: _fit_user(tmp_path, model, UserData(**data), **kwargs))  # fmt: skip
+    if engine == "cohort" and module in (StepDecay, OneCycle, BatchNormNet):  # no scheduler, no BatchNorm
+        refusal = r"(cohort engine|engine='cohort').*use (a GroupNorm variant .* or )?engine='fast'"
+        with pytest.raises(ValueError, match=refusal):
+            fit()
+        return
+    trainer = fit()
+    shards = trainer.simulator.executor.trainer.shards
+    assert len(record.updates) >= 3
+    for update in record.updates[:3]:  # jobs from different start models and clients
+        expected = _plain_lightning_fit(model, update, shards, batch_size=trainer.simulator.executor.trainer.batch_size)
+        if engine == "cohort":  # batched float32 kernels: equal up to rounding (see CohortTrainer)
+            torch.testing.assert_close(update.weights, expected, rtol=0, atol=1e-6)
+        else:
+            assert torch.equal(update.weights, expected)
+
+
+class LogsLossAndMax(Classifier):
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("train_loss", loss)
+        self.log_dict({"worst": loss}, reduce_fx="max")
+        return loss
+
+
+def test_the_cohort_engine_reports_what_training_step_logs_as_the_fast_engine(tmp_path):
+    seen = {}
+    for engine in ("fast", "cohort"):
+        torch.manual_seed(0)
+        record = FirstUpdates()
+        _fit(tmp_path / engine, LogsLossAndMax(), engine=engine, callbacks=[record.callback])
+        seen[engine] = [u.metrics for u in record.updates]
+    assert len(seen["fast"]) == len(seen["cohort"]) >= 6
+    for fast, cohort in zip(seen["fast"], seen["cohort"]):
+        assert fast.keys() == cohort.keys() == {"train_loss", "worst"}
+        assert fast["worst"] > fast["train_loss"]  # a max over steps, not the mean
+        assert cohort == pytest.approx(fast, rel=1e-5)
+
+
+class ReadsStepCount(Classifier):
+    def training_step(self, batch, batch_idx):
+        self.trainer.num_training_batches  # noqa: B018 (differs between the clients of one cohort)
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize(
+    ("module", "message"),
+    [
+        pytest.param(CountsSteps, r"engine='cohort' cannot update a torchmetrics object in training_step.*'fast'",
+                     id="metric-object"),
+        pytest.param(ReadsStepCount, r"self.trainer.num_training_batches differs .* use engine='fast'",
+                     id="per-client-counts"),
+    ],
+)  # fmt: skip
+def test_what_a_batched_cohort_step_cannot_honour_is_refused_at_its_first_step(tmp_path, module, message):
+    record = FirstUpdates()
+    with pytest.raises((ValueError, AttributeError), match=message):
+        _fit(tmp_path, module(), engine="cohort", callbacks=[record.callback])
+    assert record.updates == []  # before any update reached the server

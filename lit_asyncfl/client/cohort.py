@@ -10,6 +10,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
+from torchmetrics import Metric
 
 from lit_asyncfl.client.callbacks import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.client.engine_base import LocalEngine, parse_optimizers
@@ -17,6 +18,7 @@ from lit_asyncfl.client.job_trainer import JobTrainer
 from lit_asyncfl.client.kernels import OneDNN
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
+from lit_asyncfl.validation_loop import JobLog
 
 #: Client callbacks the cohort engine applies itself (as gradient or learning-rate terms).
 SUPPORTED_CALLBACKS = (ProximalTerm, LearningRateDecay)
@@ -26,19 +28,74 @@ SUPPORTED_CALLBACKS = (ProximalTerm, LearningRateDecay)
 DEFAULT_MAX_COHORT = 128
 
 
+def _refuse_metric(*args: Any, **kwargs: Any) -> None:
+    raise ValueError(
+        "engine='cohort' cannot update a torchmetrics object in training_step (its state is one per job, the cohort "
+        "trains many jobs in one batched call); use engine='fast', or log the tensor itself (self.log('name', value))"
+    )
+
+
+class _CohortLog:
+    """``self.log`` inside the batched ``training_step``: collects the logged values (batched over the cohort's jobs)
+    and their arguments, handed to each job's :class:`~lit_asyncfl.validation_loop.JobLog` after the step."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Tensor] | None = None
+        self.kwargs: dict[str, dict[str, Any]] = {}
+
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        if args:
+            raise TypeError("pass self.log's options by keyword under engine='cohort'")
+        if isinstance(value, Metric):
+            _refuse_metric()
+        assert self.values is not None, "self.log outside training_step under engine='cohort'"
+        self.values[name] = value if isinstance(value, Tensor) else torch.tensor(float(value))
+        self.kwargs[name] = kwargs
+
+    def log_dict(self, dictionary: Any, **kwargs: Any) -> None:
+        for name, value in dict(dictionary).items():
+            self.log(name, value, **kwargs)
+
+
 class _TrainingStep(nn.Module):
-    """The module's ``training_step`` as a ``forward`` returning the loss (what ``functional_call`` runs)."""
+    """The module's ``training_step`` as a ``forward`` returning the loss and what it logged (what
+    ``functional_call`` runs)."""
 
     def __init__(self, module: L.LightningModule) -> None:
         super().__init__()
         self.m = module
+        self.log = _CohortLog()
 
-    def forward(self, batch: Any, batch_idx: int) -> Tensor:
-        out = self.m.training_step(batch, batch_idx)
+    def forward(self, batch: Any, batch_idx: int) -> tuple[Tensor, dict[str, Tensor]]:
+        self.log.values = logged = {}  # a dict of this call's: no traced tensor outlives it (torch.compile)
+        out = self.m.training_step(batch, batch_idx)  # self.m.log is self.log.log while a cohort trains
+        self.log.values = None
         loss = out["loss"] if isinstance(out, dict) else out
         if loss is None:
             raise ValueError("the cohort engine cannot skip batches: training_step returned None")
-        return loss
+        return loss, logged
+
+
+class CohortJobTrainer(JobTrainer):
+    """``self.trainer`` for the jobs one batched cohort step trains: ``current_epoch``, ``global_step`` and
+    ``max_epochs`` are shared by the jobs stepped together (the engine groups jobs by them); the counts that differ
+    between clients of unequal shards (``num_training_batches``, ``estimated_stepping_batches``) are refused,
+    naming ``engine='fast'``."""
+
+    PER_JOB = ("num_training_batches", "estimated_stepping_batches")
+
+    def __init__(self, max_epochs: int = 1) -> None:
+        super().__init__("cohort", max_epochs)
+        for name in self.PER_JOB:
+            del self.__dict__[name]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.PER_JOB:
+            raise AttributeError(
+                f"self.trainer.{name} differs between the clients one cohort step trains together, so "
+                "engine='cohort' does not offer it; use engine='fast' (or 'lightning')"
+            )
+        return super().__getattr__(name)
 
 
 def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] = ()) -> tuple[float, float]:
@@ -75,9 +132,13 @@ def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] 
                 f"{', '.join(c.__name__ for c in SUPPORTED_CALLBACKS)}; callbacks that interact with the server "
                 "mid-training or keep state ordered by virtual time need engine='fast')"
             )
-    module._trainer = JobTrainer("cohort", 1, 1)  # as at fit start: what self.trainer offers a job
+    module._trainer = CohortJobTrainer()  # as at fit start: what self.trainer offers a job
     try:
         optimizer, schedulers = parse_optimizers(module.configure_optimizers())  # type: ignore[operator]
+    except AttributeError as error:  # what CohortJobTrainer cannot offer: refused at fit start
+        if "self.trainer." not in str(error):
+            raise
+        raise ValueError(f"configure_optimizers: {error}") from error
     finally:
         module._trainer = None
     groups = optimizer.param_groups
@@ -140,12 +201,14 @@ class CohortTrainer(LocalEngine):
         self._step_module = _TrainingStep(self.module)
         self._names = [f"m.{name}" for name, _ in self.module.named_parameters()]
         self._shapes = [p.shape for p in self.flat.params]
-        self._step = vmap(grad_and_value(self._loss), in_dims=(0, 0, None), randomness="different")
+        for metric in self.metrics:  # one state per job cannot be batched: refused at the first update
+            metric.update = metric.forward = _refuse_metric  # type: ignore[method-assign]
+        self._step = vmap(grad_and_value(self._loss, has_aux=True), in_dims=(0, 0, None), randomness="different")
         self.compiled = compile
         if compile:
             self._step = torch.compile(self._step, dynamic=True)
 
-    def _loss(self, params: dict[str, Tensor], batch: Any, batch_idx: int) -> Tensor:
+    def _loss(self, params: dict[str, Tensor], batch: Any, batch_idx: int) -> tuple[Tensor, Any]:
         return functional_call(self._step_module, params, (batch, batch_idx), strict=False)
 
     def _params(self, weights: Tensor) -> dict[str, Tensor]:
@@ -172,13 +235,13 @@ class CohortTrainer(LocalEngine):
         if not jobs:
             return []
         self.module.train()
-        plans = []  # every job's (batch_idx, batch) list over all its epochs: the fast engine's batches
+        plans = []  # every job's (epoch, batch_idx, batch) list over all its epochs: the fast engine's batches
         for job in jobs:
             generator = self.seed_job(job)  # a dataset's random transforms draw as in the job's own fast run
             plans.append(
                 [
-                    (i, b)
-                    for _ in range(job.local_epochs)
+                    (epoch, i, b)
+                    for epoch in range(job.local_epochs)
                     for i, b in enumerate(self.shards.batches(job.client, self.batch_size, generator))
                 ]
             )
@@ -187,37 +250,72 @@ class CohortTrainer(LocalEngine):
         anchors = weights.clone() if prox else weights
         lrs = torch.tensor([self._lr(j) for j in jobs], dtype=weights.dtype, device=self.device)
         loss_sums = torch.zeros(len(jobs), dtype=weights.dtype, device=self.device)
-        for t in range(max(len(p) for p in plans)):
-            groups: dict[tuple[Any, ...], list[int]] = {}
-            for j, plan in enumerate(plans):
-                if t < len(plan):
-                    idx, batch = plan[t]
-                    shapes = tuple(getattr(leaf, "shape", None) for leaf in pytree.tree_leaves(batch))
-                    groups.setdefault((idx, shapes), []).append(j)
-            for (idx, _), members in groups.items():
-                # The common case, every job in the group, works on the stacked tensors in place, without copies.
-                every = len(members) == len(jobs)
-                rows = torch.tensor(members, device=self.device)
-                batch = pytree.tree_map(lambda *leaves: torch.stack(leaves), *(plans[j][t][1] for j in members))
-                w = weights if every else weights.index_select(0, rows)
-                with torch.enable_grad():
-                    grads, loss = self._step(self._params(w), batch, idx)
-                g = torch.cat([grads[name].reshape(len(members), -1) for name in self._names], dim=1)
-                for mu in prox:  # FedProx, as ProximalTerm.on_after_backward: g + mu (w - w_start)
-                    g.add_(w - (anchors if every else anchors.index_select(0, rows)), alpha=mu)
-                if self.weight_decay:  # as torch.optim.SGD: g + weight_decay * w
-                    g.add_(w, alpha=self.weight_decay)
-                lr = (lrs if every else lrs.index_select(0, rows))[:, None]
-                if every:
-                    weights.addcmul_(lr, g, value=-1)
-                    loss_sums.add_(loss.detach())
-                else:
-                    weights.index_copy_(0, rows, torch.addcmul(w, lr, g, value=-1))
-                    loss_sums.index_add_(0, rows, loss.detach())
-        return [
-            self.make_update(job, weights[j].clone(), starts[j], len(plans[j]), loss_sums[j], {"lr": float(lrs[j])})
-            for j, job in enumerate(jobs)
-        ]
+        logs = [JobLog() for _ in jobs]
+        before = self.module.log, self.module.log_dict
+        collector = self._step_module.log
+        self.module.log, self.module.log_dict = collector.log, collector.log_dict  # type: ignore[method-assign]
+        try:
+            for t in range(max(len(p) for p in plans)):
+                groups: dict[tuple[Any, ...], list[int]] = {}
+                for j, plan in enumerate(plans):
+                    if t < len(plan):
+                        epoch, idx, batch = plan[t]
+                        shapes = tuple(getattr(leaf, "shape", None) for leaf in pytree.tree_leaves(batch))
+                        groups.setdefault((epoch, jobs[j].local_epochs, idx, shapes), []).append(j)
+                for (epoch, local_epochs, idx, _), members in groups.items():
+                    # self.trainer as a Trainer running each of these jobs alone would read it at this step
+                    self.module._trainer = stand_in = CohortJobTrainer(local_epochs)
+                    stand_in.current_epoch, stand_in.global_step = epoch, t
+                    self._step_group(t, idx, members, jobs, plans, weights, anchors, prox, lrs, loss_sums, logs)
+        finally:
+            self.module._trainer = None
+            self.module.log, self.module.log_dict = before  # type: ignore[method-assign]
+        updates = []
+        for j, job in enumerate(jobs):
+            info = {"lr": float(lrs[j])}
+            update = self.make_update(job, weights[j].clone(), starts[j], len(plans[j]), loss_sums[j], info)
+            update.metrics = logs[j].results()[0]
+            updates.append(update)
+        return updates
+
+    def _step_group(
+        self,
+        t: int,
+        idx: int,
+        members: list[int],
+        jobs: Sequence[ClientJob],
+        plans: list[list[tuple[int, int, Any]]],
+        weights: Tensor,
+        anchors: Tensor,
+        prox: list[float],
+        lrs: Tensor,
+        loss_sums: Tensor,
+        logs: list[JobLog],
+    ) -> None:
+        """One SGD step of the jobs ``members`` (their step ``t``, batch ``idx``) on the stacked ``weights``."""
+        # The common case, every job in the group, works on the stacked tensors in place, without copies.
+        every = len(members) == len(jobs)
+        rows = torch.tensor(members, device=self.device)
+        batch = pytree.tree_map(lambda *leaves: torch.stack(leaves), *(plans[j][t][2] for j in members))
+        w = weights if every else weights.index_select(0, rows)
+        with torch.enable_grad():
+            grads, (loss, logged) = self._step(self._params(w), batch, idx)
+        g = torch.cat([grads[name].reshape(len(members), -1) for name in self._names], dim=1)
+        for mu in prox:  # FedProx, as ProximalTerm.on_after_backward: g + mu (w - w_start)
+            g.add_(w - (anchors if every else anchors.index_select(0, rows)), alpha=mu)
+        if self.weight_decay:  # as torch.optim.SGD: g + weight_decay * w
+            g.add_(w, alpha=self.weight_decay)
+        lr = (lrs if every else lrs.index_select(0, rows))[:, None]
+        if every:
+            weights.addcmul_(lr, g, value=-1)
+            loss_sums.add_(loss.detach())
+        else:
+            weights.index_copy_(0, rows, torch.addcmul(w, lr, g, value=-1))
+            loss_sums.index_add_(0, rows, loss.detach())
+        for k, j in enumerate(members):  # each job's JobLog reduces its own values, as under engine='fast'
+            logs[j].batch = plans[j][t][2]
+            for name, value in logged.items():
+                logs[j].log(name, value[k], **self._step_module.log.kwargs[name])
 
 
 class CohortExecutor:
