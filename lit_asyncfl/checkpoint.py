@@ -14,12 +14,14 @@ tensors, so every checkpoint loads with ``torch.load(..., weights_only=True)``.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 
 #: Top-level key of the federated run's own entries in a checkpoint.
@@ -93,8 +95,55 @@ def check_hparams_loadable(obj: L.LightningModule | L.LightningDataModule) -> No
         )
 
 
+def content_digest(checkpoint: dict[str, Any]) -> str:
+    """SHA-256 of a checkpoint's contents (every value and tensor, in a canonical order), its stored checksum left
+    out: what :func:`save` stores and :func:`load` verifies.
+
+    Example:
+        >>> a = {"state_dict": {"w": torch.ones(2)}, RUN_KEY: {"version": 3}}
+        >>> b = {"state_dict": {"w": torch.tensor([1.0, 1.0 + 1e-7])}, RUN_KEY: {"version": 3}}
+        >>> content_digest(a) == content_digest(a), content_digest(a) == content_digest(b)
+        (True, False)
+    """
+    run = checkpoint.get(RUN_KEY)
+    stored = run.pop("checksum", None) if isinstance(run, dict) else None
+    try:
+        digest = hashlib.sha256()
+        _hash_into(checkpoint, digest)
+        return digest.hexdigest()
+    finally:
+        if stored is not None:
+            run["checksum"] = stored  # type: ignore[index]
+
+
+def _hash_into(value: Any, digest: Any) -> None:
+    if isinstance(value, dict):
+        digest.update(b"{")
+        for key in sorted(value, key=repr):
+            digest.update(repr(key).encode())
+            _hash_into(value[key], digest)
+        digest.update(b"}")
+    elif isinstance(value, (list, tuple)):
+        digest.update(b"[" if isinstance(value, list) else b"(")
+        for item in value:
+            _hash_into(item, digest)
+        digest.update(b"]")
+    elif isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        digest.update(f"tensor{t.dtype}{tuple(t.shape)}".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    elif isinstance(value, np.ndarray):
+        digest.update(f"array{value.dtype}{value.shape}".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    else:
+        digest.update(repr(value).encode())
+
+
 def save(checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write ``checkpoint`` to ``path`` atomically (a reader never sees a half-written file)."""
+    """Write ``checkpoint`` to ``path`` atomically (a reader never sees a half-written file), with the checksum of
+    its contents in its run entry."""
+    if isinstance(checkpoint.get(RUN_KEY), dict):
+        checkpoint[RUN_KEY]["checksum"] = content_digest(checkpoint)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -124,6 +173,16 @@ def load(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
         )
     if "state_dict" not in checkpoint:
         raise ValueError(f"{path} is not a Lightning checkpoint: it has no 'state_dict' (keys: {sorted(checkpoint)})")
+    run = checkpoint.get(RUN_KEY)
+    if isinstance(run, dict) and "checksum" in run and content_digest(checkpoint) != run["checksum"]:
+        raise ValueError(
+            f"{path} does not match the checksum stored in it: the file was modified or corrupted after it was "
+            "written; use an intact copy (or another checkpoint of the run)"
+        )
+    bad = [k for k, v in checkpoint["state_dict"].items() if torch.is_tensor(v) and v.is_floating_point()
+           and not bool(torch.isfinite(v).all())]  # fmt: skip
+    if bad:
+        raise ValueError(f"{path} holds non-finite global weights (NaN or inf in {', '.join(bad[:5])}): refused")
     return checkpoint
 
 

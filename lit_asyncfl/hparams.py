@@ -83,7 +83,50 @@ def run_fingerprint(
         "seed": trainer.seed,
         "device_model": describe(trainer.device_model),
         "model": {"class": type(model).__qualname__, "numel": numel, "hparams": describe(dict(model.hparams))},
+        "optimizer": optimizer_fingerprint(model, trainer.engine),
         "data": describe(datamodule),
+        # what changes float results (thread count and kernels change the order of float sums) or the outcome
+        "engine": trainer.engine,
+        "num_threads": trainer.effective_num_threads,
+        "onednn": trainer.onednn,
+        "compile_cohort": trainer.compile_cohort,
+        "device": str(trainer.device),
+        "on_client_error": trainer.on_client_error,
+    }
+
+
+def optimizer_fingerprint(model: L.LightningModule, engine: str) -> dict[str, Any]:
+    """The optimizer ``configure_optimizers`` makes — its class, every parameter group's hyper-parameters (``lr``,
+    ``momentum``, ``weight_decay``, ...) and its schedulers — so that a resume refuses a changed optimizer even
+    when the module does not save it in ``hparams``.
+
+    Example:
+        >>> from lit_asyncfl.models import LogisticRegression
+        >>> fp = optimizer_fingerprint(LogisticRegression(input_dim=4, lr=0.5), "fast")
+        >>> fp["class"], fp["groups"][0]["lr"]
+        ('SGD', 0.5)
+    """
+    from lit_asyncfl.client.engine_base import parse_optimizers  # here: the client package imports this module
+    from lit_asyncfl.client.job_trainer import JobTrainer
+
+    attached = model._trainer is not None
+    if not attached:
+        model._trainer = JobTrainer(engine)
+    try:
+        optimizer, schedulers = parse_optimizers(model.configure_optimizers())
+    except Exception as error:  # the engine's own checks report it; the fingerprint records that it failed
+        return {"unavailable": f"{type(error).__name__}: {error}"}
+    finally:
+        if not attached:
+            model._trainer = None
+    groups = [
+        {k: describe(v) for k, v in group.items() if k != "params" and not isinstance(v, torch.Tensor)}
+        for group in optimizer.param_groups
+    ]
+    return {
+        "class": type(optimizer).__qualname__,
+        "groups": groups,
+        "schedulers": [[type(sched).__qualname__, interval] for sched, interval in schedulers],
     }
 
 

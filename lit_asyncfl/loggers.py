@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from lightning.pytorch.loggers import CSVLogger, Logger
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
 
 def resolve_loggers(logger: Logger | Iterable[Logger] | bool | None, root: str, name: str) -> list[Logger]:
@@ -25,19 +26,54 @@ def resolve_loggers(logger: Logger | Iterable[Logger] | bool | None, root: str, 
     return list(logger)
 
 
-def log_dir_of(loggers: list[Logger], root: str, name: str) -> str:
-    """The first logger's ``log_dir`` (CSV, TensorBoard), else the next free ``root/<name>/version_N`` (loggers
-    without a local log dir, such as W&B, or no logger).
+def claim_log_dir(loggers: list[Logger], root: str, name: str) -> str:
+    """Create the run's log dir, exclusively, and check that it is writable; return its path.
+
+    The first logger's ``log_dir`` (CSV, TensorBoard), else ``root/<name>/version_N`` (loggers without a local log
+    dir, such as W&B, or no logger). A version not fixed by the user is claimed by creating its directory
+    atomically (``mkdir`` fails if it exists), so runs started at the same time into the same root get distinct
+    versions (a ``CSVLogger``/``TensorBoardLogger`` is given the claimed version). Raises a ``ValueError`` naming
+    the path when it cannot be created or written, before anything runs.
 
     Example:
         >>> import tempfile
-        >>> log_dir_of([], tempfile.mkdtemp(), "FedAsync").endswith("FedAsync/version_0")
-        True
+        >>> root = tempfile.mkdtemp()
+        >>> [claim_log_dir([], root, "FedAsync").split("/")[-1] for _ in range(2)]
+        ['version_0', 'version_1']
     """
-    for lg in loggers:
-        path = getattr(lg, "log_dir", None)
-        if path:
-            return str(path)
-    base = Path(root) / name
+    try:
+        for lg in loggers:
+            if isinstance(lg, (CSVLogger, TensorBoardLogger)) and lg._version is None:  # Lightning's lazy version
+                lg._version = _claim_version(Path(lg.root_dir))
+                return _writable(str(lg.log_dir))
+            path = getattr(lg, "log_dir", None)
+            if path:
+                os.makedirs(path, exist_ok=True)
+                return _writable(str(path))
+        base = Path(root) / name
+        return _writable(str(base / f"version_{_claim_version(base)}"))
+    except OSError as error:
+        raise ValueError(
+            f"cannot write the run's outputs under {root!r} ({error}); set default_root_dir (--trainer."
+            "default_root_dir) or the logger's save_dir to a writable directory"
+        ) from None
+
+
+def _claim_version(base: Path) -> int:
+    base.mkdir(parents=True, exist_ok=True)
     existing = [int(p.name.split("_")[1]) for p in base.glob("version_*") if p.name.split("_")[1].isdigit()]
-    return str(base / f"version_{max(existing, default=-1) + 1}")
+    version = max(existing, default=-1) + 1
+    while True:
+        try:
+            (base / f"version_{version}").mkdir()
+            return version
+        except FileExistsError:  # another run took it between the listing and the mkdir
+            version += 1
+
+
+def _writable(path: str) -> str:
+    probe = os.path.join(path, f".write-test-{os.getpid()}")
+    with open(probe, "w") as f:
+        f.write("ok")
+    os.remove(probe)
+    return path

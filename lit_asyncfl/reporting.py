@@ -71,6 +71,8 @@ def run_summary(
         "updates_discarded": stats.discarded,
         "updates_rejected": stats.rejected,
         "reject_reasons": dict(stats.reasons),
+        "updates_dropped": sum(sim.dropped.values()),
+        "drop_reasons": dict(sim.dropped),
         "mean_staleness": stats.staleness_mean,
         "max_staleness": stats.staleness_max,
         "bytes_up": stats.bytes_up,

@@ -8,6 +8,7 @@ logging, output files, checkpoints, and the user's own. The global evaluation is
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import time
 import warnings
@@ -29,14 +30,16 @@ from lit_asyncfl.client.engines import DEFAULT_NUM_THREADS, build_executor, chec
 from lit_asyncfl.client.sequential import SequentialExecutor
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.simulator import Simulator, sample_profiles
+from lit_asyncfl.core.simulator import ON_CLIENT_ERROR, Simulator, sample_profiles
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
 from lit_asyncfl.devices import DeviceModel, UniformRatio
 from lit_asyncfl.evaluation import GlobalEvaluation, eval_loader, evaluate_stage
 from lit_asyncfl.hparams import run_fingerprint, run_hyperparameters
-from lit_asyncfl.loggers import log_dir_of, resolve_loggers
+from lit_asyncfl.loggers import claim_log_dir, resolve_loggers
 from lit_asyncfl.reporting import run_summary
+
+log = logging.getLogger("lit_asyncfl")
 
 
 class FederatedTrainer:
@@ -83,6 +86,16 @@ class FederatedTrainer:
         enable_progress_bar: Show a progress bar over virtual time (or versions).
         print_summary: Print the summary table at the end of :meth:`fit`.
         checkpoint_every: Also write ``checkpoints/last.ckpt`` every this many events (``None``: only at the end).
+        checkpoint_every_seconds: Also write ``checkpoints/last.ckpt`` (atomically) at the first event boundary after
+            every this many seconds of wall time, so that a killed run (``kill -9``, out of memory) loses at most
+            that much; ``None``: only at the end and every ``checkpoint_every`` events. Writing never changes
+            results.
+        on_client_error: What an exception raised in a client job does: ``"raise"`` ends the run (the history,
+            summary, plots and a resumable ``last.ckpt`` at the event boundary before the failing job's event are
+            written, then a :class:`~lit_asyncfl.core.simulator.ClientJobError` naming the client is raised);
+            ``"drop"`` drops the job (summary ``updates_dropped`` and ``drop_reasons["client_error"]``, a warning
+            per job, the device idle again; synchronous rounds close with the members that answered) and goes
+            on. ``"drop"`` needs ``engine="fast"`` or ``"lightning"`` (a cohort trains its jobs in one call).
         num_threads: Intra-op threads (``torch.set_num_threads``) for the run; ``None``: the engine's default, one
             thread for ``fast`` and ``lightning`` (a client update is too small to split over threads, and extra
             threads slow it down as soon as another process competes for the cores), also for ``cohort``, which
@@ -135,6 +148,8 @@ class FederatedTrainer:
         engine: str = "fast",
         onednn: bool | None = None,
         compile_cohort: bool = False,
+        checkpoint_every_seconds: float | None = 300.0,
+        on_client_error: str = "raise",
     ) -> None:
         init_args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.algorithm = get_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
@@ -160,6 +175,20 @@ class FederatedTrainer:
         )
         check_int("checkpoint_every", checkpoint_every, 1, optional=True)
         check_engine(engine, onednn, compile_cohort, num_threads)
+        check(
+            checkpoint_every_seconds is None
+            or (isinstance(checkpoint_every_seconds, (int, float)) and 0 < checkpoint_every_seconds < float("inf")),
+            f"checkpoint_every_seconds must be a finite number > 0 or None, got {checkpoint_every_seconds!r}",
+        )
+        check(
+            on_client_error in ON_CLIENT_ERROR,
+            f"on_client_error must be one of {list(ON_CLIENT_ERROR)}, got {on_client_error!r}",
+        )
+        check(
+            on_client_error == "raise" or engine != "cohort",
+            "on_client_error='drop' needs engine='fast' or 'lightning': the cohort engine trains its jobs in one "
+            "batched call, so one job's failure cannot be told from the others'",
+        )
         self.algorithm.scheduler.setup(num_clients)  # e.g. concurrency larger than num_clients fails here
 
         self.num_clients = num_clients
@@ -174,7 +203,7 @@ class FederatedTrainer:
         self.default_root_dir = default_root_dir
         self.loggers = resolve_loggers(logger, default_root_dir, self.algorithm.name)
         self.callbacks = configure_callbacks(
-            callbacks, self.loggers, enable_progress_bar, print_summary, checkpoint_every
+            callbacks, self.loggers, enable_progress_bar, print_summary, checkpoint_every, checkpoint_every_seconds
         )
         self.evaluation = GlobalEvaluation(eval_every, monitor, mode, target_accuracy)
         self.checkpoint_every = checkpoint_every
@@ -182,6 +211,8 @@ class FederatedTrainer:
         self.engine = engine
         self.onednn = onednn
         self.compile_cohort = compile_cohort
+        self.checkpoint_every_seconds = checkpoint_every_seconds
+        self.on_client_error = on_client_error
         #: Configuration recorded with the run (the CLI stores the full parsed config here).
         self.run_config: dict[str, Any] | None = None
         #: Set to ``True`` (or call :meth:`request_stop`) to end the run at the next event boundary.
@@ -231,8 +262,13 @@ class FederatedTrainer:
         (loggers without a local log dir, such as W&B, or no logger), fixed for the duration of a ``fit``.
         """
         if self._log_dir is None:
-            self._log_dir = log_dir_of(self.loggers, self.default_root_dir, self.algorithm.name)
+            self._log_dir = claim_log_dir(self.loggers, self.default_root_dir, self.algorithm.name)
         return self._log_dir
+
+    @property
+    def effective_num_threads(self) -> int:
+        """The intra-op threads a fit uses: ``num_threads``, else the engine's default."""
+        return self.num_threads if self.num_threads is not None else DEFAULT_NUM_THREADS[self.engine]
 
     def request_stop(self, reason: str = "callback") -> None:
         """End the run at the next event boundary; ``reason`` (the first one asked) becomes the ``stop_reason``."""
@@ -261,8 +297,10 @@ class FederatedTrainer:
         self._wall_start, self._wall_offset = time.perf_counter(), 0.0
         self._log_dir = None
         self.should_stop, self.stop_reason = False, None
+        self.summary = {}
         checkpoint = ckpt.load(ckpt_path, self.device) if ckpt_path is not None else None
         sim = self._build(model, datamodule)
+        _ = self.log_dir  # created (exclusively) and checked writable before anything runs
         try:
             if checkpoint is not None:
                 self._restore(checkpoint, str(ckpt_path))
@@ -280,6 +318,7 @@ class FederatedTrainer:
             self._finish(sim, loop_reason)
             self._hooks.call("on_fit_end")
         except BaseException as exc:
+            self._summarize_failure(sim, exc)
             self._hooks.call("on_exception", exc)
             raise
 
@@ -417,6 +456,7 @@ class FederatedTrainer:
             profiles=profiles,
             evaluator=lambda: hooks.current_metrics(sim),
             observers=[hooks],
+            on_client_error=self.on_client_error,
         )
         self.evaluation.setup(model, flat.load, eval_loader(dm), self._wall_seconds, self.seed)
         self._final_state = None
@@ -481,6 +521,27 @@ class FederatedTrainer:
             stop_reason=reason,
             wall_seconds=self._wall_seconds(),
         )
+
+    def _summarize_failure(self, sim: Simulator, exc: BaseException) -> None:
+        """The summary of a run an exception ended, for the outputs the callbacks then write (never raises: the
+        original exception is what the user must see)."""
+        try:
+            self.stop_reason = f"error: {type(exc).__name__}"
+            if self._flat is not None:
+                self._flat.load(sim.server.weights)
+            self.summary = run_summary(
+                self.history,
+                sim,
+                algorithm=self.algorithm.name,
+                num_clients=self.num_clients,
+                monitor=self.evaluation.monitor_name,
+                mode=self.evaluation.mode,
+                target=self.target_accuracy,
+                stop_reason=self.stop_reason,
+                wall_seconds=self._wall_seconds(),
+            )
+        except Exception as error:  # pragma: no cover (a secondary failure must not hide the first)
+            log.warning("lit_asyncfl: could not summarize the failed run: %r", error)
 
     # -- validate and test ------------------------------------------------------------------------------------
     def _evaluate_stage(

@@ -38,6 +38,11 @@ def rounds_of(trainer):
     return [{k: v for k, v in r.items() if k != "wall_time"} for r in trainer.history if "round" in r]
 
 
+def history_of(trainer):
+    """Every history row (without the wall-clock column)."""
+    return [{k: v for k, v in r.items() if k != "wall_time"} for r in trainer.history]
+
+
 def test_same_seed_gives_the_same_weights_and_rounds(tmp_path):
     a = fit(tmp_path / "a", ASFL(controller=FixedAction(2, 1), **SETTING))
     b = fit(tmp_path / "b", ASFL(controller=FixedAction(2, 1), **SETTING))
@@ -57,6 +62,7 @@ def test_resume_from_a_midway_checkpoint_equals_the_uninterrupted_run(tmp_path):
     assert torch.equal(global_weights(resumed), global_weights(full))
     assert resumed.simulator.now == full.simulator.now
     assert resumed.summary["objective"] == full.summary["objective"]
+    assert history_of(resumed) == history_of(full)  # every row, versions 0..6 (rows were once dropped)
 
 
 def test_resume_is_exact_with_a_sampling_policy_and_with_safa(tmp_path):
@@ -77,6 +83,7 @@ def test_resume_is_exact_with_a_sampling_policy_and_with_safa(tmp_path):
         resumed = fit(tmp_path / name / "resumed", make(), ckpt_path=str(ckpt))
         assert torch.equal(global_weights(resumed), global_weights(full)), name
         assert rounds_of(resumed)[-1] == rounds_of(full)[-1], name
+        assert history_of(resumed) == history_of(full), name
 
 
 @pytest.mark.parametrize(

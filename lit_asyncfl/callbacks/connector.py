@@ -28,6 +28,7 @@ def configure_callbacks(
     enable_progress_bar: bool = True,
     print_summary: bool = True,
     checkpoint_every: int | None = None,
+    checkpoint_every_seconds: float | None = None,
 ) -> list[Callback]:
     """``[ProgressBar, InterruptHandler, *user's, *user's ModelCheckpoints, RunOutputs, RunCheckpoint,
     LoggerConnector]``: progress first; the files, the run checkpoint (which saves every callback's state) and the
@@ -49,7 +50,7 @@ def configure_callbacks(
     if enable_progress_bar and not any(isinstance(cb, ProgressBar) for cb in user):
         first.insert(0, ProgressBar())
     user.sort(key=lambda cb: isinstance(cb, ModelCheckpoint))  # stable: the others keep their order
-    last: list[Callback] = [RunOutputs(print_summary), RunCheckpoint(checkpoint_every)]
+    last: list[Callback] = [RunOutputs(print_summary), RunCheckpoint(checkpoint_every, checkpoint_every_seconds)]
     if loggers:
         last.append(LoggerConnector(list(loggers)))
     return first + user + last

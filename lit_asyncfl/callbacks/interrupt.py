@@ -1,4 +1,5 @@
-"""``InterruptHandler``: Ctrl-C stops the run at the next event boundary, with its outputs and checkpoint."""
+"""``InterruptHandler``: Ctrl-C or SIGTERM stops the run at the next event boundary, with its outputs and
+checkpoint."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ if TYPE_CHECKING:
 
 
 class InterruptHandler(Callback):
-    """Turns the first Ctrl-C (SIGINT) into a graceful stop; a second one aborts at once.
+    """Turns the first Ctrl-C (SIGINT) or SIGTERM (what Slurm, Kubernetes and ``kill`` send) into a graceful stop; a
+    second signal aborts at once.
 
     After the first, the run ends at the next event boundary like any other stop: the final evaluation, the
     summary (``stop_reason="interrupted"``), the output files and ``last.ckpt`` are written, so the run can be
@@ -25,8 +27,11 @@ class InterruptHandler(Callback):
         'InterruptHandler'
     """
 
+    #: The signals handled.
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
     def __init__(self) -> None:
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
         self._installed = False
         self._interrupted = False
 
@@ -36,13 +41,14 @@ class InterruptHandler(Callback):
             return
 
         def handler(signum: int, frame: Any) -> None:
-            if self._interrupted:  # second Ctrl-C: stop now
+            if self._interrupted:  # a second signal: stop now
                 raise KeyboardInterrupt
             self._interrupted = True
-            trainer.request_stop("interrupted")
-            print("\nStopping at the next event boundary (Ctrl-C again to abort)...", flush=True)
+            name = signal.Signals(signum).name
+            trainer.request_stop("interrupted" if signum == signal.SIGINT else f"interrupted ({name})")
+            print(f"\n{name}: stopping at the next event boundary (Ctrl-C again to abort)...", flush=True)
 
-        self._previous = signal.signal(signal.SIGINT, handler)
+        self._previous = {sig: signal.signal(sig, handler) for sig in self.SIGNALS}
         self._installed = True
 
     def on_fit_end(self, trainer: FederatedTrainer) -> None:
@@ -53,5 +59,6 @@ class InterruptHandler(Callback):
 
     def _restore(self) -> None:
         if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
+            for sig, previous in self._previous.items():
+                signal.signal(sig, previous)
             self._installed = False

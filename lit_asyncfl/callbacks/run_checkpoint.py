@@ -1,8 +1,10 @@
-"""``RunCheckpoint``: the run's resumable ``checkpoints/last.ckpt``, every N events and at the end."""
+"""``RunCheckpoint``: the run's resumable ``checkpoints/last.ckpt`` — periodically, at the end, and on failure."""
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from typing import TYPE_CHECKING
 
 from lit_asyncfl.callbacks.base import Callback
@@ -10,40 +12,72 @@ from lit_asyncfl.callbacks.base import Callback
 if TYPE_CHECKING:
     from lit_asyncfl.trainer import FederatedTrainer
 
+log = logging.getLogger("lit_asyncfl")
+
 
 class RunCheckpoint(Callback):
-    """Writes ``<log_dir>/checkpoints/last.ckpt``: a Lightning checkpoint of the global model that also holds the
-    whole simulation, so ``fit(..., ckpt_path=...)`` resumes the run exactly.
+    """Writes ``<log_dir>/checkpoints/last.ckpt``, the checkpoint that resumes the run exactly.
 
-    It is written at the end of the run (whatever ended it) and, with ``every_n_events``, after every that many
-    simulator events — always at an event boundary, the only point where the simulation state is consistent.
-    Every trainer has one (``FederatedTrainer(checkpoint_every=N)`` sets ``every_n_events``).
+    It is written (atomically: a crash mid-write leaves the previous file) at the end of the run (whatever ended
+    it), at the first event boundary after every ``every_n_seconds`` of wall time (so a run killed with ``kill -9``
+    or by the out-of-memory killer loses at most that much), after every ``every_n_events`` events, and when an
+    exception ends the run while the simulation is at an event boundary (e.g. a client job that raised: the
+    state before its event). Writing never changes results. Every trainer has one
+    (``FederatedTrainer(checkpoint_every=N, checkpoint_every_seconds=S)`` set the intervals).
 
     Args:
-        every_n_events: Also write after every this many events (``None``: only at the end).
+        every_n_events: Also write after every this many events (``None``: not by events).
+        every_n_seconds: Also write after every this many seconds of wall time (``None``: not by time).
 
     Example:
         >>> RunCheckpoint(every_n_events=100).every_n_events
         100
     """
 
+    #: Where the checkpoint goes, under the log dir.
     FILENAME = os.path.join("checkpoints", "last.ckpt")
 
-    def __init__(self, every_n_events: int | None = None) -> None:
+    def __init__(self, every_n_events: int | None = None, every_n_seconds: float | None = None) -> None:
         if every_n_events is not None and (
             isinstance(every_n_events, bool) or not isinstance(every_n_events, int) or every_n_events < 1
         ):
             raise ValueError(f"every_n_events must be an integer >= 1 or None, got {every_n_events!r}")
+        if every_n_seconds is not None and not 0 < every_n_seconds < float("inf"):
+            raise ValueError(f"every_n_seconds must be a finite number > 0 or None, got {every_n_seconds!r}")
         self.every_n_events = every_n_events
+        self.every_n_seconds = every_n_seconds
+        self._last_write = 0.0
 
     def path(self, trainer: FederatedTrainer) -> str:
         """Where the checkpoint goes."""
         return os.path.join(trainer.log_dir, self.FILENAME)
 
+    def on_fit_start(self, trainer: FederatedTrainer) -> None:
+        self._last_write = time.monotonic()
+
     def on_event_end(self, trainer: FederatedTrainer) -> None:
         sim = trainer.simulator
-        if self.every_n_events is not None and sim is not None and sim.events_processed % self.every_n_events == 0:
-            trainer.save_checkpoint(self.path(trainer))
+        if sim is None:
+            return
+        due = self.every_n_events is not None and sim.events_processed % self.every_n_events == 0
+        if not due and self.every_n_seconds is not None:
+            due = time.monotonic() - self._last_write >= self.every_n_seconds
+        if due:
+            self._save(trainer)
 
     def on_fit_end(self, trainer: FederatedTrainer) -> None:
+        self._save(trainer)
+
+    def on_exception(self, trainer: FederatedTrainer, exception: BaseException) -> None:
+        sim = trainer.simulator
+        if sim is None or sim.in_event:  # mid-event the state is inconsistent: the last periodic one stays
+            return
+        try:
+            self._save(trainer)
+            log.warning("lit_asyncfl: the run failed; last.ckpt holds its state before the failing event")
+        except Exception as error:  # never hide the exception that ended the run
+            log.warning("lit_asyncfl: could not write last.ckpt after the failure: %r", error)
+
+    def _save(self, trainer: FederatedTrainer) -> None:
         trainer.save_checkpoint(self.path(trainer))
+        self._last_write = time.monotonic()

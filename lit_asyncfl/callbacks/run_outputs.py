@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,8 @@ from lit_asyncfl.reporting import format_summary, plot_history, plot_partition, 
 
 if TYPE_CHECKING:
     from lit_asyncfl.trainer import FederatedTrainer
+
+log = logging.getLogger("lit_asyncfl")
 
 
 class RunOutputs(Callback):
@@ -28,6 +31,15 @@ class RunOutputs(Callback):
 
     def __init__(self, print_summary: bool = True) -> None:
         self.print_summary = print_summary
+
+    def on_exception(self, trainer: FederatedTrainer, exception: BaseException) -> None:
+        """The same files for a run an exception ended (its summary's ``stop_reason`` says ``error: <type>``)."""
+        if not trainer.summary:
+            return
+        try:
+            self.on_fit_end(trainer)
+        except Exception as error:  # never hide the exception that ended the run
+            log.warning("lit_asyncfl: could not write the outputs of the failed run: %r", error)
 
     def on_fit_end(self, trainer: FederatedTrainer) -> None:
         out = Path(trainer.log_dir)

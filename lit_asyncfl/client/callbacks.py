@@ -49,6 +49,9 @@ class ClientCallback:
     def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
         """Called with the finished update before it is uploaded."""
 
+    def on_job_dropped(self, job: ClientJob, reason: str) -> None:
+        """Called when a job ends without an update (e.g. it raised): forget what was kept for it."""
+
     def state_dict(self) -> dict[str, Any]:
         """Checkpointable state."""
         return {}

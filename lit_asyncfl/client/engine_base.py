@@ -18,7 +18,7 @@ from torchmetrics import Metric
 from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
-from lit_asyncfl.core.workspace import ModelWorkspace
+from lit_asyncfl.core.workspace import ModelWorkspace, _no_log
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
 
 
@@ -153,5 +153,15 @@ class LocalEngine:
     def fresh_model(self, job: ClientJob, fresh: tuple[Tensor, int] | None, batch: Any) -> None:
         """Hand the server's answer to the job's request to the client callbacks' ``on_fresh_model``."""
         assert fresh is not None
-        for cb in self.callbacks:
-            cb.on_fresh_model(self, job, fresh[0], fresh[1], batch)  # type: ignore[arg-type]
+        module, own = self.module, self.module.__dict__
+        saved = {name: own[name] for name in ("log", "log_dict") if name in own}
+        # The callbacks' extra forward passes (e.g. FedASMU's losses before and after the merge) are not training
+        # steps: what training_step logs there is not the job's, and after a Trainer's fit self.log would raise.
+        module.log = module.log_dict = _no_log  # type: ignore[method-assign,assignment]
+        try:
+            for cb in self.callbacks:
+                cb.on_fresh_model(self, job, fresh[0], fresh[1], batch)  # type: ignore[arg-type]
+        finally:
+            del module.log, module.log_dict
+            for name, value in saved.items():
+                setattr(module, name, value)

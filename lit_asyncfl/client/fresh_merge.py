@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -122,13 +123,21 @@ class FreshModelMerge(ClientCallback):
         direction = dict(zip(map(id, flat.params), flat.param_views(fresh_weights - before)))
         inner = sum(float((g * direction[id(p)]).sum()) for g, p in zip(grads, trainable) if g is not None)
         d_gamma, d_upsilon = fedasmu_beta_grads(gamma, upsilon, fresh_version, job.base_version, self.mu_beta, inner)
-        self._controls[job.client] = (gamma - self.lr_gamma * d_gamma, upsilon - self.lr_upsilon * d_upsilon)
+        controls = (gamma - self.lr_gamma * d_gamma, upsilon - self.lr_upsilon * d_upsilon)
         reward = loss_before - float(loss_after.detach())
-        self.selector.reward(job.job_id, reward)
+        if all(math.isfinite(v) for v in (*controls, reward)):
+            self._controls[job.client] = controls
+            self.selector.reward(job.job_id, reward)
+        else:  # a diverged job (NaN/inf loss) teaches the controls and the slot policy nothing
+            self.selector.forget(job.job_id)
+            trainer.job_info["fresh_merge_learning"] = "skipped: non-finite"
         trainer.job_info.update(beta=beta, reward=reward, fresh_version=fresh_version, merge_jump=merged - before)
 
     def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
         self.selector.forget(job.job_id)  # no newer model at the request: nothing to learn from
+
+    def on_job_dropped(self, job: ClientJob, reason: str) -> None:
+        self.selector.forget(job.job_id)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -168,7 +169,11 @@ class TimeSlotSelector:
         return slot
 
     def reward(self, job_id: int, reward: float) -> None:
-        """Learn from the reward of a job's merge (baseline, then meta-policy or Q-table)."""
+        """Learn from the reward of a job's merge (baseline, then meta-policy or Q-table); a non-finite reward is
+        refused (``ValueError``): it would make the policy, the tables and the baseline NaN for every device."""
+        if not math.isfinite(reward):
+            self.pending.pop(job_id, None)
+            raise ValueError(f"the reward of job {job_id} is not finite ({reward}); forget() the job instead")
         plan = self.pending.pop(job_id)
         client = plan["client"]
         self.baseline = moving_baseline(self.baseline, reward, self.baseline_rate)

@@ -57,6 +57,10 @@ class EventQueue:
         """Remove and return the earliest event."""
         return heapq.heappop(self._heap)
 
+    def restore(self, event: Event) -> None:
+        """Put back an event just popped, in its original place (same time and sequence number)."""
+        heapq.heappush(self._heap, event)
+
     def peek(self) -> Event | None:
         """The earliest event without removing it, or ``None`` when empty."""
         return self._heap[0] if self._heap else None

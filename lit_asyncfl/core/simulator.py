@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,6 +19,15 @@ from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
 from lit_asyncfl.data.shards import steps_per_epoch
 from lit_asyncfl.devices import DeviceModel, DeviceProfiles
 from lit_asyncfl.schedulers.base import Scheduler
+
+log = logging.getLogger("lit_asyncfl")
+
+#: What an exception in a client job does (see :class:`Simulator`).
+ON_CLIENT_ERROR = ("raise", "drop")
+
+
+class ClientJobError(RuntimeError):
+    """A client job raised; the simulation stopped at the event boundary before the job's event."""
 
 
 def samples_before_step(num_samples: int, batch_size: int, step: int, drop_last: bool = False) -> int:
@@ -80,6 +90,11 @@ class Simulator:
         drop_last: Local epochs drop their last incomplete batch (fewer steps and samples per job).
         evaluator: Evaluates the current global model and returns its metrics (see :meth:`evaluate`).
         observers: Told of each new global version and of the metrics schedulers log.
+        on_client_error: What an exception in a client job does: ``"raise"`` ends the run with a
+            :class:`ClientJobError` raised at the event boundary before the failing event (nothing of that event
+            is applied, so a checkpoint then resumes exactly); ``"drop"`` drops the job (counted in
+            :attr:`dropped` under ``"client_error"``, its device idle again, the scheduler told through
+            ``on_drop``) and the run goes on.
     """
 
     def __init__(
@@ -98,7 +113,11 @@ class Simulator:
         drop_last: bool = False,
         evaluator: Callable[[], dict[str, Any]] | None = None,
         observers: Sequence[SimulationObserver] = (),
+        on_client_error: str = "raise",
     ) -> None:
+        if on_client_error not in ON_CLIENT_ERROR:
+            raise ValueError(f"on_client_error must be one of {list(ON_CLIENT_ERROR)}, got {on_client_error!r}")
+        self.on_client_error = on_client_error
         self.server = server
         self.scheduler = scheduler
         self.executor = executor
@@ -126,6 +145,8 @@ class Simulator:
         self.events_processed = 0
         self.stalled_arrivals = 0
         self.cancelled = 0
+        #: Jobs that ended without an update reaching the server, per reason (e.g. ``"client_error"``).
+        self.dropped: Counter[str] = Counter()
         self.evaluator = evaluator
         self.observers = list(observers)
         #: Whether an event is being processed (the state is consistent, e.g. for a checkpoint, only between events).
@@ -302,9 +323,16 @@ class Simulator:
     def step(self) -> None:
         """Process the next event."""
         event = self.queue.pop()
+        now = self.server.now
         self.server.now = event.time
         self.in_event = True
-        self._handle(event)
+        try:
+            self._handle(event)
+        except ClientJobError:  # raised before the event changed anything: back to the boundary before it
+            self.queue.restore(event)
+            self.server.now = now
+            self.in_event = False
+            raise
         self.in_event = False
         self.events_processed += 1
 
@@ -331,18 +359,58 @@ class Simulator:
         server = self.server
         newer = server.version > job.base_version
         fresh = (server.weights, server.version) if newer else None
+        update = self._job_result(job, fresh)  # first: a failure leaves the state untouched
+        if update is None:
+            return
         extra_download = job.timing.download if newer else 0.0
         if newer:
             job.fresh_version = server.version
             server.stats.bytes_down += self.model_bytes
-        self.ready[job_id] = self.executor.result(job_id, fresh=fresh)
+        self.ready[job_id] = update
         remaining = job.timing.compute * (1.0 - job.request_fraction)
         job.arrival_time = self.now + extra_download + remaining + job.timing.upload
         self.queue.push(job.arrival_time, "arrival", job_id=job_id)
 
-    def _arrival(self, job_id: int) -> None:
+    def _job_result(self, job: ClientJob, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate | None:
+        """The job's update from the executor; on an exception in the job, raise :class:`ClientJobError` or (with
+        ``on_client_error="drop"``) drop the job and return ``None``."""
+        try:
+            return self.executor.result(job.job_id, fresh=fresh)
+        except Exception as error:
+            if self.on_client_error == "raise":
+                raise ClientJobError(
+                    f"the job {job.job_id} of client {job.client} (from version {job.base_version}) raised "
+                    f"{type(error).__name__}: {error}; the run stopped before this event (set "
+                    "on_client_error='drop' to drop failing jobs and go on)"
+                ) from error
+            log.warning("lit_asyncfl: dropped job %d of client %d: %s: %s", job.job_id, job.client,
+                        type(error).__name__, error)  # fmt: skip
+            self.drop(job.job_id, "client_error")
+            return None
+
+    def drop(self, job_id: int, reason: str) -> ClientJob:
+        """End an in-flight job without an update (its device failed or went away): counted in :attr:`dropped`
+        under ``reason``, its device idle again, its start model released; client callbacks' ``on_job_dropped``
+        and the scheduler's ``on_drop`` are told. Counts towards the stalled arrivals (no progress)."""
         job = self.in_flight.pop(job_id)
-        update = self.ready.pop(job_id) if job_id in self.ready else self.executor.result(job_id)
+        self.queue.remove(lambda e: e.kind in ("arrival", "request") and e.data.get("job_id") == job_id)
+        self.ready.pop(job_id, None)
+        self.executor.cancel(job_id)
+        self.busy[job.client] = False
+        self._release_snapshot(job.base_version)
+        self.dropped[reason] += 1
+        self.stalled_arrivals += 1
+        for cb in self.client_callbacks:
+            cb.on_job_dropped(job, reason)
+        self.scheduler.on_drop(self, job, reason)
+        return job
+
+    def _arrival(self, job_id: int) -> None:
+        job = self.in_flight[job_id]
+        update = self.ready.pop(job_id) if job_id in self.ready else self._job_result(job)
+        if update is None:
+            return
+        del self.in_flight[job_id]
         self.busy[job.client] = False
         self._release_snapshot(job.base_version)
         self.waiting[job_id] = (job, update)
@@ -405,6 +473,7 @@ class Simulator:
             "events_processed": self.events_processed,
             "stalled_arrivals": self.stalled_arrivals,
             "cancelled": self.cancelled,
+            "dropped": dict(self.dropped),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -424,6 +493,7 @@ class Simulator:
         self.events_processed = int(state["events_processed"])
         self.stalled_arrivals = int(state["stalled_arrivals"])
         self.cancelled = int(state.get("cancelled", 0))
+        self.dropped = Counter({str(k): int(v) for k, v in state.get("dropped", {}).items()})
         self.in_flight, self.snapshots, self._snapshot_refs = {}, {}, Counter()
         self.ready = {int(k): ClientUpdate.from_state_dict(v) for k, v in state["ready"].items()}
         waiting = [ClientUpdate.from_state_dict(u) for u in state["waiting"]]

@@ -54,6 +54,15 @@ class Scheduler:
     def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
         """React to a processed arrival (``aggregated``: whether a new global version was made)."""
 
+    def on_drop(self, sim: Simulator, job: ClientJob, reason: str) -> None:
+        """React to a job that ended without an update (e.g. its client raised, ``reason="client_error"``).
+
+        By default as to an arrival the server did not aggregate (``on_update(sim, job, aggregated=False)``): the
+        asynchronous schedulers refill, synchronous rounds close once every other member answered (the round
+        aggregates who returned).
+        """
+        self.on_update(sim, job, False)
+
     def on_event(self, sim: Simulator, event: Event) -> None:
         """Handle an event this scheduler scheduled."""
 

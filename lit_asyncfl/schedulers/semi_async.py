@@ -218,12 +218,21 @@ class SemiAsyncRounds(Scheduler):
         sim.release_arrivals()  # the held arrivals of the last round are this round's
 
     def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
+        self._answered(sim, job, arrived=True)
+
+    def on_drop(self, sim: Simulator, job: ClientJob, reason: str) -> None:
+        """A dropped member counts towards the round's quota without an update: the round closes with the
+        updates that did arrive, rather than waiting for one that never will."""
+        self._answered(sim, job, arrived=False)
+
+    def _answered(self, sim: Simulator, job: ClientJob, arrived: bool) -> None:
         if self.finished:
             return
-        cached = self.deadline and job.arrival_time <= self.round_start  # SAFA: arrived during the last round
+        cached = arrived and self.deadline and job.arrival_time <= self.round_start  # SAFA: came last round
         if not cached:
             self.arrivals += 1
-            self.picked_versions.append(job.base_version)
+            if arrived:
+                self.picked_versions.append(job.base_version)
         if self.closing or cached or self.arrivals < self.action[0]:
             return
         self.closing = True

@@ -8,6 +8,7 @@ from lit_asyncfl.server.gradient_history import GradientHistory
 from lit_asyncfl.server.gradient_stability import GradientStability
 from lit_asyncfl.server.history_weights import HistoryAwareWeight
 from lit_asyncfl.server.norm_amplification import NormAmplification
+from lit_asyncfl.server.norm_bound import UpdateNormBound
 from lit_asyncfl.server.staleness_bound import StalenessBound
 from lit_asyncfl.server.staleness_decay import StalenessDecay
 from lit_asyncfl.server.weights import DataSizeWeight, StalenessWeight
@@ -28,4 +29,5 @@ __all__ = [
     "StalenessBound",
     "StalenessDecay",
     "StalenessWeight",
+    "UpdateNormBound",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -99,10 +100,11 @@ class DynamicStalenessWeight(ServerCallback):
             d_lam, d_sigma, d_iota = fedasmu_alpha_grads(
                 prev["lambda"], prev["sigma"], prev["iota"], prev["version"], prev["staleness"], self.mu_alpha, inner
             )
-            lam = lam - self.lr_lambda * d_lam
-            sigma = max(sigma - self.lr_sigma * d_sigma, SIGMA_MIN)
-            iota = iota - self.lr_iota * d_iota
-            self._controls[client] = (lam, sigma, iota)
+            learned = (lam - self.lr_lambda * d_lam, max(sigma - self.lr_sigma * d_sigma, SIGMA_MIN),
+                       iota - self.lr_iota * d_iota)  # fmt: skip
+            if all(math.isfinite(v) for v in learned):  # only finite values teach the device's controls
+                lam, sigma, iota = learned
+                self._controls[client] = learned
         version, staleness = server.version, update.staleness + 1  # FedASMU's staleness t - o + 1
         alpha = fedasmu_alpha(fedasmu_xi(lam, sigma, iota, version, staleness), self.mu_alpha)
         self._pending.append(
