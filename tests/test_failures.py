@@ -314,9 +314,8 @@ def test_fedasmu_runs_under_the_lightning_engine_as_under_the_fast_one(tmp_path)
     """Merge requests after the last local step (the last slot) happen after the job's Trainer finished: its
     module's self.log must not be called there. Both engines give the same run."""
     from lit_asyncfl.algorithms import FedASMU
-    from lit_asyncfl.models import LeNet5
-
     from lit_asyncfl.client import ClientCallback
+    from lit_asyncfl.models import LeNet5
 
     class MergedAtTheEnd(ClientCallback):
         def __init__(self):
