@@ -25,7 +25,7 @@ from lit_asyncfl.algorithms import Algorithm, get_algorithm
 from lit_asyncfl.callbacks import Callback, ModelCheckpoint, RunCheckpoint
 from lit_asyncfl.callbacks.connector import CallbackConnector, configure_callbacks
 from lit_asyncfl.checks import check, check_int
-from lit_asyncfl.client.contract import check_lightning_contract
+from lit_asyncfl.client.contract import check_lightning_contract, check_model_fits_data
 from lit_asyncfl.client.engines import DEFAULT_NUM_THREADS, build_executor, check_engine, resolve_device
 from lit_asyncfl.client.sequential import SequentialExecutor
 from lit_asyncfl.core.flat import FlatParameters
@@ -417,6 +417,9 @@ class FederatedTrainer:
             "take no step; use fewer clients, a smaller batch_size or drop_last=False",
         )
         model.to(self.device)
+        if self.engine != "lightning":  # (a real Trainer per job may give training_step what a probe cannot)
+            probe_batch = next(iter(shards.batches(0, dm.batch_size, torch.Generator().manual_seed(self.seed))))
+            check_model_fits_data(model, probe_batch, type(datamodule).__name__)
         self.global_model = model
         self._flat = flat = FlatParameters(model)
         if self.num_threads is None:

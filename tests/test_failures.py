@@ -367,3 +367,18 @@ def test_a_resume_refuses_what_would_change_the_results(tmp_path, change, messag
             resumed.fit(Momentum(input_dim=64), datamodule=DigitsDataModule(), ckpt_path=last)
     finally:
         Momentum.lr, Momentum.momentum = 0.1, 0.0
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        pytest.param(lambda: LogisticRegression(input_dim=10), r"shapes \[\(10, 1, 8, 8\), \(10,\)\] raised Runtime",
+                     id="input-size"),
+        pytest.param(lambda: LogisticRegression(input_dim=64, num_classes=3), r"raised IndexError: Target \d+ is out",
+                     id="too-few-classes"),
+    ],
+)  # fmt: skip
+def test_a_model_that_does_not_fit_the_data_is_refused_at_fit_start_naming_both(tmp_path, model, message):
+    trainer = make_trainer(tmp_path, FedAsync(concurrency=2), max_versions=3)
+    with pytest.raises(ValueError, match=r"LogisticRegression does not fit the data of DigitsDataModule: .*" + message):
+        trainer.fit(model(), datamodule=DigitsDataModule())

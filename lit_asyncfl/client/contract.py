@@ -3,14 +3,19 @@ alternative or announced, never silently changed."""
 
 from __future__ import annotations
 
+import copy
 import logging
+from typing import Any
 
 import lightning as L
+import torch
+import torch.utils._pytree as pytree
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from lit_asyncfl.client.engine_base import parse_optimizers
 from lit_asyncfl.client.job_trainer import JobTrainer
+from lit_asyncfl.core.workspace import _no_log
 
 _log = logging.getLogger("lit_asyncfl")
 
@@ -105,3 +110,33 @@ def check_lightning_contract(
             "a decay across the run by global version add lit_asyncfl.client.LearningRateDecay(decay) to the "
             "algorithm's client_callbacks"
         )
+
+
+def check_model_fits_data(module: L.LightningModule, batch: Any, data_name: str) -> None:
+    """Run ``training_step`` once on a real client batch (on a copy, without gradients) and refuse at fit start a
+    model that does not fit the data — wrong input size, fewer classes than labels — with a message naming the
+    module, the data and the batch's shapes, instead of an error from deep inside torch at the first job.
+
+    Example:
+        >>> from lit_asyncfl.models import LogisticRegression
+        >>> check_model_fits_data(LogisticRegression(input_dim=64), [torch.zeros(4, 64), torch.zeros(4).long()], "x")
+        >>> check_model_fits_data(LogisticRegression(input_dim=10), [torch.zeros(4, 64), torch.zeros(4).long()], "x")
+        Traceback (most recent call last):
+        ...
+        ValueError: LogisticRegression does not fit the data of x: training_step on a client batch of ...
+    """
+    probe = copy.deepcopy(module)
+    probe.log = probe.log_dict = _no_log  # type: ignore[method-assign,assignment]
+    probe._trainer = JobTrainer("fast", 1, 1)
+    try:
+        with torch.no_grad():
+            probe.training_step(batch, 0)
+    except (RuntimeError, IndexError, ValueError, TypeError) as error:
+        shapes = pytree.tree_map(lambda leaf: tuple(leaf.shape) if isinstance(leaf, torch.Tensor) else leaf, batch)
+        raise ValueError(
+            f"{type(module).__name__} does not fit the data of {data_name}: training_step on a client batch of "
+            f"shapes {shapes} raised {type(error).__name__}: {error}. Check the model's input size and number of "
+            "classes against the data"
+        ) from None
+    except AttributeError:  # what the stand-in Trainer lacks: the contract check names it
+        return
