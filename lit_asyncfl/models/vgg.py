@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from lit_asyncfl.checks import check_int, check_number
 from lit_asyncfl.models.base import ClassificationModule, norm2d
 
 
@@ -55,12 +56,11 @@ class VGG11(ClassificationModule):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
-        if in_channels < 1:
-            raise ValueError(f"in_channels must be >= 1, got {in_channels}")
-        if input_size < 32 or input_size % 32:
+        check_int("in_channels", in_channels, 1)
+        check_int("input_size", input_size, 1)
+        if input_size % 32:
             raise ValueError(f"input_size must be a positive multiple of 32 (VGG11 pools five times), got {input_size}")
-        if not width > 0:
-            raise ValueError(f"width must be > 0, got {width}")
+        check_number("width", width, 0, open_min=True)
         self.save_hyperparameters()
         layers: list[nn.Module] = []
         channels = in_channels
