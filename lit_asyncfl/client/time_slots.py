@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from lit_asyncfl.checks import check_fraction, check_int, check_number, check_path
+from lit_asyncfl.checks import check, check_fraction, check_int, check_number, check_path
 from lit_asyncfl.functional.rl import epsilon_greedy, moving_baseline, q_learning_update
 
 #: Q-learning actions on the slot: move one earlier, stay, move one later.
@@ -127,6 +128,7 @@ class TimeSlotSelector:
         check_int("hidden_size", hidden_size, 1)
         check_int("init_seed", init_seed, 0, maximum=2**32 - 1)
         check_path("policy_path", policy_path, optional=True)
+        check(policy_path is None or Path(policy_path).is_file(), f"policy_path file {policy_path!r} does not exist")
         check_number("max_grad_norm", max_grad_norm, 0, open_min=True, optional=True)
         self.num_slots = num_slots
         self.epsilon = epsilon

@@ -241,7 +241,7 @@ class RareClassOnSlowClients(Partitioner):
             raise ValueError("rare_classes must name at least one label")
         self.rare_classes = [int(c) for c in rare_classes]
         self.num_slow_clients = num_slow_clients
-        self.base = resolve_partitioner(base, alpha)
+        self.base = resolve_partitioner(base, alpha, name="base")
         if self.base.needs_slowness:
             raise ValueError("the base partition of a RareClassOnSlowClients cannot itself depend on speed")
 
@@ -328,7 +328,7 @@ class SpeedMatched(Partitioner):
         if key == "classes" and not classes:
             raise ValueError("key='classes' needs the labels to count in `classes`")
         check_choice("slowest_get", slowest_get, ("most", "least"))
-        self.base = resolve_partitioner(base, alpha)
+        self.base = resolve_partitioner(base, alpha, name="base")
         if self.base.needs_slowness or self.base.needs_groups:
             raise ValueError(f"the base partition of a SpeedMatched must not depend on speed or groups: {self.base!r}")
         self.key = key
@@ -379,12 +379,15 @@ PARTITIONERS: dict[str, type[Partitioner]] = {
 }
 
 
-def resolve_partitioner(partition: str | Partitioner, alpha: float | None = None) -> Partitioner:
+def resolve_partitioner(
+    partition: str | Partitioner, alpha: float | None = None, name: str = "partition"
+) -> Partitioner:
     """Turn a name (``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"``, ``"natural"``) or an instance into a
     partitioner.
 
     ``alpha`` is the Dirichlet concentration (default 0.5) and only goes with ``"dirichlet"``; other settings
-    are given by passing an instance, e.g. ``QuantitySkew(a=0.2)`` or ``Shards(shards_per_client=3)``.
+    are given by passing an instance, e.g. ``QuantitySkew(a=0.2)`` or ``Shards(shards_per_client=3)``. ``name``
+    is the caller's parameter, named in the error for an unknown partition.
 
     Example:
         >>> resolve_partitioner("dirichlet", alpha=0.1)
@@ -392,14 +395,14 @@ def resolve_partitioner(partition: str | Partitioner, alpha: float | None = None
     """
     if isinstance(partition, Partitioner):
         if alpha is not None:
-            raise ValueError(f"alpha={alpha} goes with partition='dirichlet'; set it on {partition!r} instead")
+            raise ValueError(f"alpha={alpha!r} goes with partition='dirichlet'; set it on {partition!r} instead")
         return partition
     check(
         isinstance(partition, str) and partition in PARTITIONERS,
-        f"unknown partition {partition!r}; allowed: {sorted(PARTITIONERS)} or a Partitioner",
+        f"unknown {name} {partition!r}; allowed: {sorted(PARTITIONERS)} or a Partitioner",
     )
     if partition == "dirichlet":
         return Dirichlet(0.5 if alpha is None else alpha)
     if alpha is not None:
-        raise ValueError(f"alpha={alpha} only applies to partition='dirichlet', not {partition!r}")
+        raise ValueError(f"alpha={alpha!r} only applies to partition='dirichlet', not {partition!r}")
     return PARTITIONERS[partition]()

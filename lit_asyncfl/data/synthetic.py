@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lit_asyncfl.checks import check_bool, check_fraction, check_int, check_number
+from lit_asyncfl.checks import check, check_bool, check_fraction, check_int, check_number
 from lit_asyncfl.data.base import FederatedDataModule
 from lit_asyncfl.data.partition import Natural, Partitioner
 
@@ -136,6 +136,10 @@ class SyntheticDataModule(FederatedDataModule):
         check_fraction("train_fraction", train_fraction, open_min=True, open_max=True)
         check_int("data_seed", data_seed, 0, maximum=2**32 - 1)
         check_number("alpha_partition", alpha_partition, 0, open_min=True, optional=True)
+        check(
+            alpha_partition is None or partition == "dirichlet",
+            f"alpha_partition={alpha_partition!r} only applies to partition='dirichlet', not {partition!r}",
+        )
         super().__init__(partition, alpha_partition, batch_size, eval_batch_size)
         self.alpha = alpha
         self.beta = beta

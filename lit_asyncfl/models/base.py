@@ -12,6 +12,9 @@ from torchmetrics.functional.classification import multiclass_accuracy
 
 from lit_asyncfl.checks import check_int, check_number
 
+#: Largest ``width`` multiplier of the scalable models (VGG11, AlexNet): 16x VGG11 has about 2,000x its parameters.
+MAX_WIDTH = 16
+
 
 class ClassificationModule(L.LightningModule):
     """Cross-entropy training, accuracy/loss evaluation and an SGD optimizer around ``self.net``.

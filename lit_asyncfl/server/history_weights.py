@@ -55,7 +55,7 @@ class HistoryAwareWeight(ServerCallback):
         max_exponent: float = 50.0,
         floor: float = 1e-6,
     ) -> None:
-        check_number("HAA lambda", lam, 0)
+        check_number("lam", lam, 0)  # HAA's lambda
         check_fraction("ema_rate", ema_rate)
         check_number("similarity_threshold", similarity_threshold, -1, 1)
         check_number("max_exponent", max_exponent, 0)
