@@ -63,7 +63,8 @@ class TextCNN(ClassificationModule):
             isinstance(kernel_sizes, Sequence)
             and len(kernel_sizes) > 0
             and all(is_int(k) and k >= 1 for k in kernel_sizes),
-            f"kernel_sizes must be a non-empty sequence of integers >= 1, got {kernel_sizes!r}",
+            "kernel_sizes must be a non-empty sequence of integers >= 1, got "
+            f"{list(kernel_sizes) if isinstance(kernel_sizes, Sequence) else kernel_sizes!r}",
         )
         check_number("dropout", dropout, 0, 1, open_max=True)
         check_int("padding_idx", padding_idx, 0)
