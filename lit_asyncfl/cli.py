@@ -14,6 +14,9 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from lightning.fabric.utilities.seed import seed_everything
@@ -23,7 +26,45 @@ import lit_asyncfl.algorithms
 import lit_asyncfl.data
 import lit_asyncfl.devices
 import lit_asyncfl.models  # noqa: F401  (registers short class names for --model=LeNet5 etc.)
+from lit_asyncfl.checks import check, is_int
 from lit_asyncfl.trainer import FederatedTrainer
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def settings_error(error: BaseException) -> BaseException | None:
+    """The error one of this package's constructors raised for a bad setting, found in the chain of errors that
+    jsonargparse wraps around it (``None``: the error did not come from this package).
+
+    Example:
+        >>> try:
+        ...     from lit_asyncfl.models import LeNet5
+        ...     try:
+        ...         LeNet5(lr=float("nan"))
+        ...     except ValueError as inner:
+        ...         raise ValueError("Does not validate against any of the Union subtypes") from inner
+        ... except ValueError as outer:
+        ...     print(settings_error(outer))
+        lr must be a finite number > 0, got nan
+    """
+    found, seen = None, set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ValueError | TypeError) and _raised_here(current):
+            found = current  # keep the innermost one
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def _raised_here(error: BaseException) -> bool:
+    """Whether the last frame of ``error``'s traceback is in this package."""
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_PACKAGE)
 
 
 class FederatedCLI(LightningCLI):
@@ -51,9 +92,28 @@ class FederatedCLI(LightningCLI):
             self._datamodule_class, "data", subclass_mode=self.subclass_mode_data, required=False
         )
 
+    @contextmanager
+    def _settings_errors(self) -> Iterator[None]:
+        """Report a bad setting refused by one of this package's constructors as one ``error:`` line (exit 2)."""
+        try:
+            yield
+        except (ValueError, TypeError) as error:
+            found = settings_error(error)
+            if found is None:
+                raise
+            self.parser.error(str(found))
+
     def _set_seed(self) -> None:
         trainer = self._get(self.config, "trainer")
-        seed_everything(int(trainer.get("seed", 0)) if trainer is not None else 0, verbose=False)
+        seed = trainer.get("seed", 0) if trainer is not None else 0
+        with self._settings_errors():
+            check(is_int(seed) and 0 <= seed < 2**32, f"seed must be an integer in [0, 2**32), got {seed!r}")
+        seed_everything(int(seed), verbose=False)
+
+    def instantiate_classes(self) -> None:
+        """Instantiate the model, data module and trainer; a refused setting ends the command with its message."""
+        with self._settings_errors():
+            super().instantiate_classes()
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         config = {**self._get(self.config_init, "trainer", default={}), **kwargs}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lit_asyncfl.checks import check_finite, check_number
 from lit_asyncfl.core.update import JobTiming
 
 
@@ -26,11 +27,6 @@ class DeviceProfiles:
 
     time_per_sample: np.ndarray
     bandwidth: np.ndarray
-
-
-def _positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
 
 
 class DeviceModel:
@@ -51,8 +47,8 @@ class DeviceModel:
     """
 
     def __init__(self, time_per_sample: float = 1.0, bandwidth: float = 1e5) -> None:
-        _positive("time_per_sample", time_per_sample)
-        _positive("bandwidth", bandwidth)
+        check_number("time_per_sample", time_per_sample, 0, open_min=True)
+        check_number("bandwidth", bandwidth, 0, open_min=True, finite=False)  # inf: free communication
         self.time_per_sample = time_per_sample
         self.bandwidth = bandwidth
 
@@ -97,9 +93,8 @@ class UniformRatio(DeviceModel):
     """
 
     def __init__(self, ratio: float = 5.0, time_per_sample: float = 1.0, bandwidth: float = 1e5) -> None:
+        check_number("ratio", ratio, 1, unit=" (slowest / fastest)")
         super().__init__(time_per_sample, bandwidth)
-        if not ratio >= 1:
-            raise ValueError(f"ratio must be >= 1 (slowest / fastest), got {ratio}")
         self.ratio = ratio
 
     def slowness(self, num_clients: int, rng: np.random.Generator) -> np.ndarray:
@@ -130,9 +125,9 @@ class ExponentialCapability(DeviceModel):
         time_per_sample: float = 1.0,
         bandwidth: float = 1e5,
     ) -> None:
+        check_number("mean", mean, 0, open_min=True)
+        check_number("min_capability", min_capability, 0, open_min=True)
         super().__init__(time_per_sample, bandwidth)
-        _positive("mean", mean)
-        _positive("min_capability", min_capability)
         self.mean = mean
         self.min_capability = min_capability
 
@@ -162,6 +157,8 @@ class UniformResponse(DeviceModel):
     """
 
     def __init__(self, low: float = 0.0, high: float = 5000.0, bandwidth: float = math.inf) -> None:
+        check_finite("low", low)
+        check_finite("high", high)
         super().__init__(time_per_sample=1.0, bandwidth=bandwidth)
         if low < 0 or not high >= low or not 0 < high < math.inf:
             raise ValueError(f"need 0 <= low <= high, 0 < high < inf, got low={low}, high={high}")

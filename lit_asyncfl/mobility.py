@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from lit_asyncfl.checks import check_int, check_number, check_ordered
 from lit_asyncfl.devices import DeviceProfiles, ExponentialCapability
 from lit_asyncfl.functional.asfl import bandwidth_from_distance
 
@@ -62,20 +63,16 @@ class MobileEdgeDevices(ExponentialCapability):
         min_capability: float = 0.05,
         time_per_sample: float = 1.0,
     ) -> None:
+        check_int("num_stations", num_stations, 1)
+        check_number("area", area, 0, open_min=True, unit=" metres")
+        check_number("coverage", coverage, 0, open_min=True, optional=True)
+        check_number("speed", speed, 0)
+        check_number("server_bandwidth", server_bandwidth, 0, open_min=True)
+        check_number("min_bandwidth", min_bandwidth, 0, open_min=True)
+        check_number("max_bandwidth", max_bandwidth, 0, open_min=True)
+        check_ordered("min_bandwidth", min_bandwidth, "max_bandwidth", max_bandwidth)
+        check_number("model_size", model_size, 0, open_min=True, optional=True)
         super().__init__(mean, min_capability, time_per_sample, bandwidth=max_bandwidth)
-        if isinstance(num_stations, bool) or not isinstance(num_stations, int) or num_stations < 1:
-            raise ValueError(f"num_stations must be an integer >= 1, got {num_stations!r}")
-        for name, value in (("area", area), ("server_bandwidth", server_bandwidth), ("min_bandwidth", min_bandwidth)):
-            if not 0 < value < math.inf:
-                raise ValueError(f"{name} must be finite and > 0, got {value}")
-        if not max_bandwidth >= min_bandwidth:
-            raise ValueError(f"max_bandwidth must be >= min_bandwidth, got {max_bandwidth} < {min_bandwidth}")
-        if not 0 <= speed < math.inf:
-            raise ValueError(f"speed must be finite and >= 0, got {speed}")
-        if coverage is not None and not coverage > 0:
-            raise ValueError(f"coverage must be > 0 (or None for half a cell's diagonal), got {coverage}")
-        if model_size is not None and not model_size > 0:
-            raise ValueError(f"model_size must be > 0 (or None for the model's bytes / 1e6), got {model_size}")
         self.num_stations = num_stations
         self.area = area
         self.speed = speed

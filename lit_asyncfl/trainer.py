@@ -24,7 +24,7 @@ from lit_asyncfl import checkpoint as ckpt
 from lit_asyncfl.algorithms import Algorithm, get_algorithm
 from lit_asyncfl.callbacks import Callback, ModelCheckpoint, RunCheckpoint
 from lit_asyncfl.callbacks.connector import CallbackConnector, configure_callbacks
-from lit_asyncfl.checks import check, check_int
+from lit_asyncfl.checks import check, check_bool, check_choice, check_int, check_number, check_path
 from lit_asyncfl.client.contract import check_lightning_contract, check_model_fits_data
 from lit_asyncfl.client.engines import DEFAULT_NUM_THREADS, build_executor, check_engine, resolve_device
 from lit_asyncfl.client.sequential import SequentialExecutor
@@ -162,8 +162,22 @@ class FederatedTrainer:
             max_virtual_time is not None or max_versions is not None,
             "set a budget: max_virtual_time (virtual seconds) and/or max_versions (aggregations)",
         )
-        check(max_virtual_time is None or max_virtual_time > 0, f"max_virtual_time must be > 0, got {max_virtual_time}")
+        check_number("max_virtual_time", max_virtual_time, 0, open_min=True, optional=True, finite=False)
         check_int("max_versions", max_versions, 1, optional=True)
+        check(
+            max_versions is not None or max_virtual_time < float("inf"),
+            f"max_virtual_time={max_virtual_time!r} without max_versions leaves the run no finite budget; set a "
+            "budget: a finite max_virtual_time (virtual seconds) and/or max_versions (aggregations)",
+        )
+        check(
+            device_model is None or isinstance(device_model, DeviceModel),
+            f"device_model must be a DeviceModel or None, got {device_model!r}",
+        )
+        check_number("target_accuracy", target_accuracy)
+        check_path("default_root_dir", default_root_dir)
+        check_bool("enable_progress_bar", enable_progress_bar)
+        check_bool("print_summary", print_summary)
+        check_bool("compile_cohort", compile_cohort)
         check(
             mode == "max" or not self.algorithm.scheduler.needs_accuracy,
             f"{self.algorithm.name} reads the monitored metric as an accuracy (higher is better): use mode='max' "
@@ -175,15 +189,8 @@ class FederatedTrainer:
         )
         check_int("checkpoint_every", checkpoint_every, 1, optional=True)
         check_engine(engine, onednn, compile_cohort, num_threads)
-        check(
-            checkpoint_every_seconds is None
-            or (isinstance(checkpoint_every_seconds, (int, float)) and 0 < checkpoint_every_seconds < float("inf")),
-            f"checkpoint_every_seconds must be a finite number > 0 or None, got {checkpoint_every_seconds!r}",
-        )
-        check(
-            on_client_error in ON_CLIENT_ERROR,
-            f"on_client_error must be one of {list(ON_CLIENT_ERROR)}, got {on_client_error!r}",
-        )
+        check_number("checkpoint_every_seconds", checkpoint_every_seconds, 0, open_min=True, optional=True)
+        check_choice("on_client_error", on_client_error, ON_CLIENT_ERROR)
         check(
             on_client_error == "raise" or engine != "cohort",
             "on_client_error='drop' needs engine='fast' or 'lightning': the cohort engine trains its jobs in one "

@@ -6,7 +6,7 @@ import pytest
 from conftest import make_trainer
 
 from lit_asyncfl import FederatedTrainer
-from lit_asyncfl.algorithms import FedAsync, FedAvg, FedBuff, FedProx
+from lit_asyncfl.algorithms import FedADT, FedASMU, FedASMU_0, FedAsync, FedAvg, FedBuff, FedHist, FedProx
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.models import LeNet5
 from lit_asyncfl.schedulers import KeepConcurrency, PeriodicTrigger
@@ -53,11 +53,36 @@ from lit_asyncfl.schedulers import KeepConcurrency, PeriodicTrigger
         (lambda: FederatedTrainer(max_versions=2.5), r"max_versions must be an integer >= 1, got 2.5"),
         (lambda: FederatedTrainer(max_versions=1, num_clients="10"), r"num_clients must be an integer >= 1, got '10'"),
         (lambda: DigitsDataModule(partition="iid", alpha=0.1), r"alpha=0.1 only applies to partition='dirichlet'"),
+        # Issue 16: values that used to be silently accepted.
+        (lambda: FedASMU(lambda0=float("nan")), r"lambda0 must be a finite number > 0, got nan"),
+        (lambda: FedASMU(gamma0=float("nan")), r"gamma0 must be a finite number > 0, got nan"),
+        (lambda: FedASMU_0(lambda0=float("nan")), r"lambda0 must be a finite number > 0, got nan"),  # part unused
+        (lambda: FedProx(mu=float("nan")), r"FedProx mu must be a finite number >= 0, got nan"),
+        (lambda: LeNet5(lr=float("inf")), r"lr must be a finite number > 0, got inf"),
+        (lambda: LeNet5(weight_decay=float("nan")), r"weight_decay must be a finite number >= 0, got nan"),
+        (lambda: FedBuff(server_lr=float("inf")), r"server_lr must be a finite number > 0, got inf"),
+        (lambda: FedHist(max_exponent=-1), r"max_exponent must be >= 0, got -1"),
+        (lambda: FedADT(weight_min=0.8, weight_max=0.6), r"weight_min must be <= weight_max, got weight_min=0.8"),
+        (lambda: FedAsync(a=float("inf")), r"staleness parameter a must be a finite number >= 0, got inf"),
+        (lambda: FedBuff(buffer_size=2.5), r"buffer_size must be >= 1 or None, got 2.5"),
+        (lambda: FedAsync(max_staleness=2.5), r"max_staleness must be an integer >= 0, got 2.5"),
+        (lambda: FedASMU(tau_max=2.5), r"tau_max must be an integer >= 1, got 2.5"),
+        (lambda: FedHist(egs="no"), r"egs must be True or False, got 'no'"),
+        (lambda: LeNet5(lr="0.1"), r"lr must be a finite number > 0, got '0.1'"),
+        (
+            lambda: FederatedTrainer(max_virtual_time=float("inf")),
+            r"max_virtual_time=inf without max_versions leaves the run no finite budget",
+        ),
     ],
 )
 def test_bad_settings_fail_at_construction_with_the_value_and_the_allowed_range(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_an_infinite_time_budget_is_allowed_when_max_versions_bounds_the_run():
+    trainer = FederatedTrainer(max_virtual_time=float("inf"), max_versions=3, logger=False, print_summary=False)
+    assert trainer.max_virtual_time == float("inf") and trainer.max_versions == 3
 
 
 def test_more_clients_than_samples_fails_before_anything_runs(tmp_path):

@@ -206,3 +206,24 @@ def test_ckpt_path_sets_the_model_hyper_parameters_as_lightning_cli_does(tmp_pat
               f"--ckpt_path={ckpt}", "--verbose=false"]
     )  # fmt: skip
     assert cli.model.hparams.lr == 0.07  # the config says 0.05
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("--trainer.seed=-1", "seed must be an integer in [0, 2**32), got -1"),
+        ("--trainer.algorithm.init_args.alpha=.nan", "alpha must be a finite number in (0, 1], got nan"),
+        ("--model.init_args.lr=.inf", "lr must be a finite number > 0, got inf"),
+        ("--data.init_args.batch_size=0", "batch_size must be >= 1, got 0"),
+        ("--trainer.max_virtual_time=.inf", "max_virtual_time=inf without max_versions leaves the run no finite"),
+    ],
+)
+def test_a_refused_setting_ends_the_command_with_one_error_line(override, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "configs/quickstart.yaml", override, f"--trainer.default_root_dir={tmp_path}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {message}"), err
+    assert "Traceback" not in err and "Union subtypes" not in err
+    assert not any(tmp_path.iterdir())  # nothing ran

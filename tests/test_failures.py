@@ -97,7 +97,7 @@ def test_synchronous_rounds_close_with_the_members_that_answered(tmp_path, flaky
 def test_drop_is_refused_with_the_cohort_engine():
     with pytest.raises(ValueError, match=r"on_client_error='drop' needs engine='fast' or 'lightning'"):
         make_trainer("unused", FedAsync(), max_versions=2, engine="cohort", on_client_error="drop")
-    with pytest.raises(ValueError, match=r"on_client_error must be one of \['raise', 'drop'\], got 'ignore'"):
+    with pytest.raises(ValueError, match=r"unknown on_client_error 'ignore'; allowed: \['raise', 'drop'\]"):
         make_trainer("unused", FedAsync(), max_versions=2, on_client_error="ignore")
 
 
@@ -158,7 +158,7 @@ def test_the_update_norm_bound_rejects_outliers_against_the_median_of_aggregated
         bound.reject_update(None, u)
     bound.on_aggregated(None, checked)  # window 4: [5, 2, 4, 4] -> median 4
     assert list(bound.norms) == pytest.approx([5.0, 2.0, 4.0, 4.0]) and bound.threshold() == pytest.approx(12.0)
-    with pytest.raises(ValueError, match=r"k must be a finite number > 1, got 1"):
+    with pytest.raises(ValueError, match=r"k must be > 1, got 1"):
         UpdateNormBound(k=1)
 
 

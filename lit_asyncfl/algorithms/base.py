@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from lit_asyncfl.checks import check_str
 from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.schedulers.base import Scheduler
 from lit_asyncfl.server.aggregators import Aggregator
@@ -55,6 +56,7 @@ class Algorithm:
         name: str | None = None,
         hparams: dict[str, Any] | None = None,
     ) -> None:
+        check_str("name", name, optional=True)
         self.hparams = dict(hparams or {})
         self.scheduler = scheduler
         self.aggregator = aggregator

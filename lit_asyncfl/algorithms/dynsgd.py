@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
+from lit_asyncfl.checks import check_int
 from lit_asyncfl.schedulers.k_async import KAsync
 from lit_asyncfl.server.aggregators import DeltaAverage
 from lit_asyncfl.server.weights import StalenessWeight
@@ -23,6 +24,7 @@ class DynSGD(Algorithm):
 
     def __init__(self, k: int = 10, server_lr: float = 1.0) -> None:
         hparams = hyperparameters(locals())
+        check_int("k", k, 1)  # also the buffer size: a count, not a fraction
         super().__init__(
             scheduler=KAsync(k),
             aggregator=DeltaAverage(buffer_size=k, server_lr=server_lr, normalize=False),

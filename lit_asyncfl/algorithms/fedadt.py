@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
+from lit_asyncfl.checks import check_fraction, check_int, check_number
 from lit_asyncfl.client.callbacks import LearningRateDecay
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
 from lit_asyncfl.server.aggregators import Mixing
@@ -56,6 +57,9 @@ class FedADT(Algorithm):
         lr_decay: float = 0.9999,
     ) -> None:
         hparams = hyperparameters(locals())
+        check_int("distill_batch_size", distill_batch_size, 1)
+        check_number("server_time_per_sample", server_time_per_sample, 0)
+        check_fraction("lr_decay", lr_decay, open_min=True)
         distillation = DistillationCorrection(
             staleness_threshold=staleness_threshold,
             temperature=temperature,

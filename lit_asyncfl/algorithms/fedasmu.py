@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
+from lit_asyncfl.checks import check_bool, check_int, check_number
 from lit_asyncfl.client.fresh_merge import FreshModelMerge
 from lit_asyncfl.client.time_slots import TimeSlotSelector
 from lit_asyncfl.schedulers.periodic import PeriodicTrigger
@@ -103,23 +104,23 @@ class FedASMU(Algorithm):
         policy_path: str | None = None,
     ) -> None:
         hparams = hyperparameters(locals())
-        if tau_max < 1:
-            raise ValueError(f"tau_max bounds t - o + 1 and must be >= 1, got {tau_max}")
+        check_int("tau_max", tau_max, 1)  # bounds t - o + 1
+        check_bool("dynamic_weights", dynamic_weights)
+        check_bool("fresh_merge", fresh_merge)
+        check_number("static_alpha", static_alpha, 0, 1, open_min=True)
+        check_number("static_a", static_a, 0)
+        # Both variants of each part are built, so that every setting is checked whichever the ablation uses.
+        dynamic = DynamicStalenessWeight(mu_alpha, lambda0, sigma0, iota0, lr_lambda, lr_sigma, lr_iota)
+        selector = TimeSlotSelector(num_slots, epsilon, q_lr, discount, baseline_rate, rl_lr, policy_path=policy_path)
+        merge = FreshModelMerge(mu_beta, gamma0, upsilon0, lr_gamma, lr_upsilon, selector)
         server_callbacks = [StalenessBound(max_staleness=tau_max - 1)]  # t - o + 1 > tau  <=>  t - o > tau - 1
         if dynamic_weights:
-            server_callbacks.append(
-                DynamicStalenessWeight(mu_alpha, lambda0, sigma0, iota0, lr_lambda, lr_sigma, lr_iota)
-            )
+            server_callbacks.append(dynamic)
             aggregator = Mixing(alpha=1.0)
         else:
             server_callbacks.append(StalenessWeight("polynomial", a=static_a))
             aggregator = Mixing(alpha=static_alpha)
-        client_callbacks = []
-        if fresh_merge:
-            selector = TimeSlotSelector(
-                num_slots, epsilon, q_lr, discount, baseline_rate, rl_lr, policy_path=policy_path
-            )
-            client_callbacks.append(FreshModelMerge(mu_beta, gamma0, upsilon0, lr_gamma, lr_upsilon, selector))
+        client_callbacks = [merge] if fresh_merge else []
         name = {(True, True): "FedASMU", (False, True): "FedASMU-DA", (True, False): "FedASMU-FA"}.get(
             (dynamic_weights, fresh_merge), "FedASMU-0"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
+from lit_asyncfl.checks import check_bool
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
 from lit_asyncfl.server.aggregators import DeltaAverage
 from lit_asyncfl.server.weights import StalenessWeight
@@ -32,6 +33,7 @@ class FedBuff(Algorithm):
         concurrency: int | float = 0.2,
     ) -> None:
         hparams = hyperparameters(locals())
+        check_bool("staleness_weighting", staleness_weighting)
         callbacks = [StalenessWeight("polynomial", a=0.5)] if staleness_weighting else []
         super().__init__(
             scheduler=KeepConcurrency(concurrency),

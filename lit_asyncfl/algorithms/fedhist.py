@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
+from lit_asyncfl.checks import check_bool, check_fraction, check_int, check_number
 from lit_asyncfl.schedulers.k_async import KAsync
 from lit_asyncfl.server.aggregators import DeltaAverage
 from lit_asyncfl.server.base import ServerCallback
@@ -66,6 +67,17 @@ class FedHist(Algorithm):
         max_exponent: float = 3.0,
     ) -> None:
         hparams = hyperparameters(locals())
+        check_int("k", k, 1)  # also the buffer size: a count, not a fraction
+        check_int("history_length", history_length, 0)
+        check_bool("egs", egs)
+        check_bool("haa", haa)
+        check_bool("ina", ina)
+        check_number("egs_alpha", egs_alpha, 0)
+        check_number("haa_lambda", haa_lambda, 0)
+        check_number("similarity_threshold", similarity_threshold, -1, 1)
+        check_fraction("utility_ema", utility_ema)
+        check_number("ina_mu", ina_mu, 0, 1, open_max=True)
+        check_number("max_exponent", max_exponent, 0)
         history = GradientHistory(history_length)
         callbacks: list[ServerCallback] = [history]
         if egs:

@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from lit_asyncfl.callbacks.base import Callback
+from lit_asyncfl.checks import check_int, check_number
 
 if TYPE_CHECKING:
     from lit_asyncfl.trainer import FederatedTrainer
@@ -38,12 +39,8 @@ class RunCheckpoint(Callback):
     FILENAME = os.path.join("checkpoints", "last.ckpt")
 
     def __init__(self, every_n_events: int | None = None, every_n_seconds: float | None = None) -> None:
-        if every_n_events is not None and (
-            isinstance(every_n_events, bool) or not isinstance(every_n_events, int) or every_n_events < 1
-        ):
-            raise ValueError(f"every_n_events must be an integer >= 1 or None, got {every_n_events!r}")
-        if every_n_seconds is not None and not 0 < every_n_seconds < float("inf"):
-            raise ValueError(f"every_n_seconds must be a finite number > 0 or None, got {every_n_seconds!r}")
+        check_int("every_n_events", every_n_events, 1, optional=True)
+        check_number("every_n_seconds", every_n_seconds, 0, open_min=True, optional=True)
         self.every_n_events = every_n_events
         self.every_n_seconds = every_n_seconds
         self._last_write = 0.0

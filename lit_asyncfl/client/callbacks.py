@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from lit_asyncfl.checks import check_fraction, check_number
+
 if TYPE_CHECKING:
     from lit_asyncfl.client.fast_engine import LocalTrainer
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
@@ -75,8 +77,7 @@ class ProximalTerm(ClientCallback):
     """
 
     def __init__(self, mu: float = 0.01) -> None:
-        if mu < 0:
-            raise ValueError(f"FedProx mu must be >= 0, got {mu}")
+        check_number("FedProx mu", mu, 0)
         self.mu = mu
         self._anchors: list[Tensor] = []
 
@@ -108,8 +109,7 @@ class LearningRateDecay(ClientCallback):
     """
 
     def __init__(self, decay: float = 0.9999) -> None:
-        if not 0.0 < decay <= 1.0:
-            raise ValueError(f"decay must be in (0, 1], got {decay}")
+        check_fraction("decay", decay, open_min=True)
         self.decay = decay
 
     def factor(self, version: int) -> float:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from lit_asyncfl.checks import check, check_finite, check_number
 from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.client.time_slots import TimeSlotSelector
 from lit_asyncfl.functional.aggregation import mix
@@ -75,10 +76,15 @@ class FreshModelMerge(ClientCallback):
         lr_upsilon: float = 1e-4,
         selector: TimeSlotSelector | None = None,
     ) -> None:
-        if not mu_beta > 0:
-            raise ValueError(f"mu_beta must be > 0, got {mu_beta}")
-        if lr_gamma < 0 or lr_upsilon < 0:
-            raise ValueError(f"lr_gamma and lr_upsilon must be >= 0, got {lr_gamma} and {lr_upsilon}")
+        check_number("mu_beta", mu_beta, 0, open_min=True)
+        check_number("gamma0", gamma0, 0, open_min=True)
+        check_finite("upsilon0", upsilon0)
+        check_number("lr_gamma", lr_gamma, 0)
+        check_number("lr_upsilon", lr_upsilon, 0)
+        check(
+            selector is None or isinstance(selector, TimeSlotSelector),
+            f"selector must be a TimeSlotSelector or None, got {selector!r}",
+        )
         self.mu_beta = mu_beta
         self.gamma0 = gamma0
         self.upsilon0 = upsilon0

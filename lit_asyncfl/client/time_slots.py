@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from lit_asyncfl.checks import check, check_fraction, check_int, check_number, check_path
 from lit_asyncfl.functional.rl import epsilon_greedy, moving_baseline, q_learning_update
 
 #: Q-learning actions on the slot: move one earlier, stay, move one later.
@@ -118,18 +120,17 @@ class TimeSlotSelector:
         policy_path: str | None = None,
         max_grad_norm: float | None = 1.0,
     ) -> None:
-        if num_slots < 1:
-            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
-        for name, value in [
-            ("epsilon", epsilon),
-            ("q_lr", q_lr),
-            ("discount", discount),
-            ("baseline_rate", baseline_rate),
-        ]:
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value}")
-        if rl_lr < 0:
-            raise ValueError(f"rl_lr must be >= 0, got {rl_lr}")
+        check_int("num_slots", num_slots, 1)
+        check_fraction("epsilon", epsilon)
+        check_fraction("q_lr", q_lr)
+        check_fraction("discount", discount)
+        check_fraction("baseline_rate", baseline_rate)
+        check_number("rl_lr", rl_lr, 0)
+        check_int("hidden_size", hidden_size, 1)
+        check_int("init_seed", init_seed, 0, maximum=2**32 - 1)
+        check_path("policy_path", policy_path, optional=True)
+        check(policy_path is None or Path(policy_path).is_file(), f"policy_path file {policy_path!r} does not exist")
+        check_number("max_grad_norm", max_grad_norm, 0, open_min=True, optional=True)
         self.num_slots = num_slots
         self.epsilon = epsilon
         self.q_lr = q_lr

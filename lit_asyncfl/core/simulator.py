@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lit_asyncfl.checks import check_choice
 from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.core.clock import Event, EventQueue
 from lit_asyncfl.core.seeding import derive_seed
@@ -115,8 +116,7 @@ class Simulator:
         observers: Sequence[SimulationObserver] = (),
         on_client_error: str = "raise",
     ) -> None:
-        if on_client_error not in ON_CLIENT_ERROR:
-            raise ValueError(f"on_client_error must be one of {list(ON_CLIENT_ERROR)}, got {on_client_error!r}")
+        check_choice("on_client_error", on_client_error, ON_CLIENT_ERROR)
         self.on_client_error = on_client_error
         self.server = server
         self.scheduler = scheduler

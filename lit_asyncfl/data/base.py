@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, TensorDataset, default_collate
 
+from lit_asyncfl.checks import check_fraction, check_int
 from lit_asyncfl.data.partition import Partitioner, partition_counts, resolve_partitioner
 from lit_asyncfl.data.shards import ClientShards, DatasetShards, dataset_targets, dataset_tensors
 
@@ -80,12 +81,10 @@ class FederatedDataModule(L.LightningDataModule):
         split_seed: int = 42,
     ) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if eval_batch_size < 1:
-            raise ValueError(f"eval_batch_size must be >= 1, got {eval_batch_size}")
-        if not 0 <= val_fraction < 1:
-            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        check_int("batch_size", batch_size, 1)
+        check_int("eval_batch_size", eval_batch_size, 1)
+        check_fraction("val_fraction", val_fraction, open_max=True)
+        check_int("split_seed", split_seed, 0, maximum=2**32 - 1)
         self.val_fraction = val_fraction
         self.split_seed = split_seed
         self.partitioner = resolve_partitioner(partition, alpha)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lit_asyncfl.checks import check_bool, check_int, check_path
 from lit_asyncfl.data.base import FederatedDataModule, require_files
 from lit_asyncfl.data.partition import Partitioner
 
@@ -97,10 +98,10 @@ class IMDbDataModule(FederatedDataModule):
         split_seed: int = 42,
     ) -> None:
         super().__init__(partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed)
-        if vocab_size < 3:
-            raise ValueError(f"vocab_size must be >= 3 (padding, unknown and one word), got {vocab_size}")
-        if max_length < 1:
-            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        check_path("root", root)
+        check_bool("download", download)
+        check_int("vocab_size", vocab_size, 3)  # padding, unknown and one word
+        check_int("max_length", max_length, 1)
         self.root = root
         self.download = download
         self.vocab_size = vocab_size

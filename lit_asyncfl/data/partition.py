@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from lit_asyncfl.checks import check, check_choice, check_int, check_number
+
 
 class Partitioner:
     """Base class of partitioners.
@@ -120,10 +122,8 @@ class Dirichlet(Partitioner):
     needs_labels = True
 
     def __init__(self, alpha: float = 0.5, min_samples: int = 1) -> None:
-        if not alpha > 0:
-            raise ValueError(f"Dirichlet alpha must be > 0, got {alpha}")
-        if min_samples < 1:
-            raise ValueError(f"min_samples must be >= 1, got {min_samples}")
+        check_number("Dirichlet alpha", alpha, 0, open_min=True)
+        check_int("min_samples", min_samples, 1)
         self.alpha = alpha
         self.min_samples = min_samples
 
@@ -158,8 +158,7 @@ class Shards(Partitioner):
     needs_labels = True
 
     def __init__(self, shards_per_client: int = 2) -> None:
-        if shards_per_client < 1:
-            raise ValueError(f"shards_per_client must be >= 1, got {shards_per_client}")
+        check_int("shards_per_client", shards_per_client, 1)
         self.shards_per_client = shards_per_client
 
     def split(self, targets: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -191,8 +190,7 @@ class QuantitySkew(Partitioner):
     """
 
     def __init__(self, a: float = 0.3) -> None:
-        if not a >= 0:
-            raise ValueError(f"quantity skew a must be >= 0, got {a}")
+        check_number("quantity skew a", a, 0)
         self.a = a
 
     def split(self, targets: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -238,13 +236,12 @@ class RareClassOnSlowClients(Partitioner):
         base: str | Partitioner = "dirichlet",
         alpha: float | None = None,
     ) -> None:
-        if num_slow_clients < 1:
-            raise ValueError(f"num_slow_clients must be >= 1, got {num_slow_clients}")
+        check_int("num_slow_clients", num_slow_clients, 1)
         if not rare_classes:
             raise ValueError("rare_classes must name at least one label")
         self.rare_classes = [int(c) for c in rare_classes]
         self.num_slow_clients = num_slow_clients
-        self.base = resolve_partitioner(base, alpha)
+        self.base = resolve_partitioner(base, alpha, name="base")
         if self.base.needs_slowness:
             raise ValueError("the base partition of a RareClassOnSlowClients cannot itself depend on speed")
 
@@ -327,13 +324,11 @@ class SpeedMatched(Partitioner):
         classes: list[int] | tuple[int, ...] = (),
         slowest_get: str = "most",
     ) -> None:
-        if key not in ("num_samples", "classes"):
-            raise ValueError(f"unknown key {key!r}; allowed: 'num_samples', 'classes'")
+        check_choice("key", key, ("num_samples", "classes"))
         if key == "classes" and not classes:
             raise ValueError("key='classes' needs the labels to count in `classes`")
-        if slowest_get not in ("most", "least"):
-            raise ValueError(f"unknown slowest_get {slowest_get!r}; allowed: 'most', 'least'")
-        self.base = resolve_partitioner(base, alpha)
+        check_choice("slowest_get", slowest_get, ("most", "least"))
+        self.base = resolve_partitioner(base, alpha, name="base")
         if self.base.needs_slowness or self.base.needs_groups:
             raise ValueError(f"the base partition of a SpeedMatched must not depend on speed or groups: {self.base!r}")
         self.key = key
@@ -384,12 +379,15 @@ PARTITIONERS: dict[str, type[Partitioner]] = {
 }
 
 
-def resolve_partitioner(partition: str | Partitioner, alpha: float | None = None) -> Partitioner:
+def resolve_partitioner(
+    partition: str | Partitioner, alpha: float | None = None, name: str = "partition"
+) -> Partitioner:
     """Turn a name (``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"``, ``"natural"``) or an instance into a
     partitioner.
 
     ``alpha`` is the Dirichlet concentration (default 0.5) and only goes with ``"dirichlet"``; other settings
-    are given by passing an instance, e.g. ``QuantitySkew(a=0.2)`` or ``Shards(shards_per_client=3)``.
+    are given by passing an instance, e.g. ``QuantitySkew(a=0.2)`` or ``Shards(shards_per_client=3)``. ``name``
+    is the caller's parameter, named in the error for an unknown partition.
 
     Example:
         >>> resolve_partitioner("dirichlet", alpha=0.1)
@@ -397,12 +395,14 @@ def resolve_partitioner(partition: str | Partitioner, alpha: float | None = None
     """
     if isinstance(partition, Partitioner):
         if alpha is not None:
-            raise ValueError(f"alpha={alpha} goes with partition='dirichlet'; set it on {partition!r} instead")
+            raise ValueError(f"alpha={alpha!r} goes with partition='dirichlet'; set it on {partition!r} instead")
         return partition
-    if partition not in PARTITIONERS:
-        raise ValueError(f"unknown partition {partition!r}; allowed: {sorted(PARTITIONERS)} or a Partitioner")
+    check(
+        isinstance(partition, str) and partition in PARTITIONERS,
+        f"unknown {name} {partition!r}; allowed: {sorted(PARTITIONERS)} or a Partitioner",
+    )
     if partition == "dirichlet":
         return Dirichlet(0.5 if alpha is None else alpha)
     if alpha is not None:
-        raise ValueError(f"alpha={alpha} only applies to partition='dirichlet', not {partition!r}")
+        raise ValueError(f"alpha={alpha!r} only applies to partition='dirichlet', not {partition!r}")
     return PARTITIONERS[partition]()

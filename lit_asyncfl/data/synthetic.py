@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lit_asyncfl.checks import check, check_bool, check_fraction, check_int, check_number
 from lit_asyncfl.data.base import FederatedDataModule
 from lit_asyncfl.data.partition import Natural, Partitioner
 
@@ -126,11 +127,20 @@ class SyntheticDataModule(FederatedDataModule):
         batch_size: int = 10,
         eval_batch_size: int = 1024,
     ) -> None:
+        check_number("alpha", alpha, 0)
+        check_number("beta", beta, 0)
+        check_int("num_clients", num_clients, 1)
+        check_int("dimension", dimension, 1)
+        check_int("num_classes", num_classes, 2)
+        check_bool("iid", iid)
+        check_fraction("train_fraction", train_fraction, open_min=True, open_max=True)
+        check_int("data_seed", data_seed, 0, maximum=2**32 - 1)
+        check_number("alpha_partition", alpha_partition, 0, open_min=True, optional=True)
+        check(
+            alpha_partition is None or partition == "dirichlet",
+            f"alpha_partition={alpha_partition!r} only applies to partition='dirichlet', not {partition!r}",
+        )
         super().__init__(partition, alpha_partition, batch_size, eval_batch_size)
-        if not 0 < train_fraction < 1:
-            raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
-        if alpha < 0 or beta < 0:
-            raise ValueError(f"alpha and beta must be >= 0, got alpha={alpha}, beta={beta}")
         self.alpha = alpha
         self.beta = beta
         self.num_clients = num_clients

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lit_asyncfl.checks import check_fraction
 from lit_asyncfl.data.base import FederatedDataModule
 from lit_asyncfl.data.partition import Partitioner
 
@@ -56,8 +57,7 @@ class TabularDataModule(FederatedDataModule):
         split_seed: int = 42,
     ) -> None:
         super().__init__(partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed)
-        if not 0 < test_fraction < 1:
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        check_fraction("test_fraction", test_fraction, open_min=True, open_max=True)
         self.test_fraction = test_fraction
 
     def load(self) -> Any:

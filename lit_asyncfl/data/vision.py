@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lit_asyncfl.checks import check_bool, check_int, check_path
 from lit_asyncfl.data.base import FederatedDataModule, require_files
 from lit_asyncfl.data.partition import Partitioner
 from lit_asyncfl.data.transforms import normalize, random_crop_flip
@@ -81,8 +82,10 @@ class VisionDataModule(FederatedDataModule):
         crop_padding: int = 4,
     ) -> None:
         super().__init__(partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed)
-        if crop_padding < 0:
-            raise ValueError(f"crop_padding must be >= 0, got {crop_padding}")
+        check_path("root", root)
+        check_bool("download", download)
+        check_bool("augmentation", augmentation)
+        check_int("crop_padding", crop_padding, 0)
         self.root = root
         self.download = download
         self.augmentation = augmentation

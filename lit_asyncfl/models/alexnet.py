@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lit_asyncfl.models.base import ClassificationModule
+from lit_asyncfl.checks import check_int, check_number
+from lit_asyncfl.models.base import MAX_WIDTH, ClassificationModule
 
 
 class AlexNet(ClassificationModule):
@@ -26,7 +27,8 @@ class AlexNet(ClassificationModule):
         input_size: Side of the square input, at least 16 (the features are then at least 1x1).
         hidden_dim: Width of the two hidden fully connected layers (before the ``width`` multiplier).
         dropout: Dropout probability before each of the two hidden fully connected layers.
-        width: Multiplier of every layer's width (channels and ``hidden_dim``), rounded, at least 1.
+        width: Multiplier of every layer's width (channels and ``hidden_dim``), rounded, at least 1; in
+            ``(0, MAX_WIDTH]`` (16).
         lr: Local SGD learning rate.
         momentum: SGD momentum.
         weight_decay: L2 penalty.
@@ -53,16 +55,11 @@ class AlexNet(ClassificationModule):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
-        if in_channels < 1:
-            raise ValueError(f"in_channels must be >= 1, got {in_channels}")
-        if input_size < 16:
-            raise ValueError(f"input_size must be >= 16 (AlexNet downsamples by 16), got {input_size}")
-        if hidden_dim < 1:
-            raise ValueError(f"hidden_dim must be >= 1, got {hidden_dim}")
-        if not 0 <= dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        if not width > 0:
-            raise ValueError(f"width must be > 0, got {width}")
+        check_int("in_channels", in_channels, 1)
+        check_int("input_size", input_size, 16)  # AlexNet downsamples by 16
+        check_int("hidden_dim", hidden_dim, 1)
+        check_number("dropout", dropout, 0, 1, open_max=True)
+        check_number("width", width, 0, MAX_WIDTH, open_min=True)
         self.save_hyperparameters()
         c1, c2, c3, c4, c5 = (max(1, round(c * width)) for c in self.CHANNELS)
         hidden = max(1, round(hidden_dim * width))

@@ -10,6 +10,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.functional.classification import multiclass_accuracy
 
+from lit_asyncfl.checks import check_int, check_number
+
+#: Largest ``width`` multiplier of the scalable models (VGG11, AlexNet): 16x VGG11 has about 2,000x its parameters.
+MAX_WIDTH = 16
+
 
 class ClassificationModule(L.LightningModule):
     """Cross-entropy training, accuracy/loss evaluation and an SGD optimizer around ``self.net``.
@@ -27,14 +32,10 @@ class ClassificationModule(L.LightningModule):
 
     def __init__(self, num_classes: int = 10, lr: float = 0.05, momentum: float = 0.0, weight_decay: float = 0.0):
         super().__init__()
-        if num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
-        if not lr > 0:
-            raise ValueError(f"lr must be > 0, got {lr}")
-        if not 0 <= momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        check_int("num_classes", num_classes, 2)
+        check_number("lr", lr, 0, open_min=True)
+        check_number("momentum", momentum, 0, 1, open_max=True)
+        check_number("weight_decay", weight_decay, 0)
         self.num_classes = num_classes
         self.lr = lr
         self.momentum = momentum
@@ -101,6 +102,7 @@ def norm2d(norm: str, channels: int, groups: int = 8) -> nn.Module:
     """
     if norm not in _NORM_LAYERS:
         raise ValueError(f"norm must be one of {sorted(_NORM_LAYERS)}, got {norm!r}")
-    if norm == "group" and (groups < 1 or channels % groups):
+    check_int("groups", groups, 1)
+    if norm == "group" and channels % groups:
         raise ValueError(f"groups must be >= 1 and divide the channel count {channels}, got {groups}")
     return _NORM_LAYERS[norm](channels, groups)

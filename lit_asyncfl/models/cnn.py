@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from lit_asyncfl.checks import check_int
 from lit_asyncfl.models.base import ClassificationModule
 
 
@@ -34,8 +35,8 @@ class SimpleCNN(ClassificationModule):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
-        if input_size < 3:
-            raise ValueError(f"input_size must be >= 3, got {input_size}")
+        check_int("in_channels", in_channels, 1)
+        check_int("input_size", input_size, 3)
         self.save_hyperparameters()
         self.net = nn.Sequential(
             nn.Conv2d(in_channels, 64, 2),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lit_asyncfl.checks import check_int
 from lit_asyncfl.models.base import ClassificationModule
 
 
@@ -41,10 +42,8 @@ class LeNet5(ClassificationModule):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
-        if in_channels < 1:
-            raise ValueError(f"in_channels must be >= 1, got {in_channels}")
-        if input_size < 4:
-            raise ValueError(f"input_size must be >= 4, got {input_size}")
+        check_int("in_channels", in_channels, 1)
+        check_int("input_size", input_size, 4)
         self.save_hyperparameters()
         pad1 = 0 if input_size >= 32 else 2
         after_pool1 = (input_size + 2 * pad1 - 4) // 2

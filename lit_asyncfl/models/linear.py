@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.regression import R2Score
 
+from lit_asyncfl.checks import check_int, check_number
 from lit_asyncfl.models.base import ClassificationModule
 
 
@@ -42,12 +43,9 @@ class LinearRegression(L.LightningModule):
 
     def __init__(self, input_dim: int, lr: float = 0.05, weight_decay: float = 0.0) -> None:
         super().__init__()
-        if input_dim < 1:
-            raise ValueError(f"input_dim must be >= 1, got {input_dim}")
-        if not lr > 0:
-            raise ValueError(f"lr must be > 0, got {lr}")
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        check_int("input_dim", input_dim, 1)
+        check_number("lr", lr, 0, open_min=True)
+        check_number("weight_decay", weight_decay, 0)
         self.save_hyperparameters()
         self.lr = lr
         self.weight_decay = weight_decay
@@ -114,10 +112,8 @@ class LinearSVM(ClassificationModule):
         self, input_dim: int, num_classes: int = 2, lr: float = 0.05, weight_decay: float = 0.0, margin: float = 1.0
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, weight_decay=weight_decay)
-        if input_dim < 1:
-            raise ValueError(f"input_dim must be >= 1, got {input_dim}")
-        if not margin > 0:
-            raise ValueError(f"margin must be > 0, got {margin}")
+        check_int("input_dim", input_dim, 1)
+        check_number("margin", margin, 0, open_min=True)
         self.save_hyperparameters()
         self.margin = margin
         self.net = nn.Sequential(nn.Flatten(), nn.Linear(input_dim, num_classes))

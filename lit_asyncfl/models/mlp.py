@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
+from lit_asyncfl.checks import check, check_int, is_int
 from lit_asyncfl.models.base import ClassificationModule
 
 
@@ -36,8 +37,11 @@ class MLP(ClassificationModule):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
-        if input_dim < 1 or any(h < 1 for h in hidden_dims):
-            raise ValueError(f"input_dim and hidden_dims must be >= 1, got {input_dim} and {list(hidden_dims)}")
+        check_int("input_dim", input_dim, 1)
+        check(
+            isinstance(hidden_dims, Sequence) and all(is_int(h) and h >= 1 for h in hidden_dims),
+            f"hidden_dims must be a sequence of integers >= 1, got {hidden_dims!r}",
+        )
         self.save_hyperparameters()
         layers: list[nn.Module] = [nn.Flatten()]
         width = input_dim

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lit_asyncfl.checks import check_int
 from lit_asyncfl.models.base import ClassificationModule, norm2d
 
 
@@ -86,8 +87,7 @@ class ResNet20(ClassificationModule):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
-        if in_channels < 1:
-            raise ValueError(f"in_channels must be >= 1, got {in_channels}")
+        check_int("in_channels", in_channels, 1)
         self.save_hyperparameters()
         layers: list[nn.Module] = [
             nn.Conv2d(in_channels, 16, 3, padding=1, bias=norm == "none"),

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lit_asyncfl.checks import check, check_int, check_number, is_int
 from lit_asyncfl.models.base import ClassificationModule
 
 
@@ -55,14 +56,18 @@ class TextCNN(ClassificationModule):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
-        if vocab_size < 1:
-            raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
-        if embed_dim < 1 or num_filters < 1:
-            raise ValueError(f"embed_dim and num_filters must be >= 1, got {embed_dim} and {num_filters}")
-        if not kernel_sizes or any(k < 1 for k in kernel_sizes):
-            raise ValueError(f"kernel_sizes must be a non-empty sequence of sizes >= 1, got {list(kernel_sizes)}")
-        if not 0 <= dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_int("vocab_size", vocab_size, 1)
+        check_int("embed_dim", embed_dim, 1)
+        check_int("num_filters", num_filters, 1)
+        check(
+            isinstance(kernel_sizes, Sequence)
+            and len(kernel_sizes) > 0
+            and all(is_int(k) and k >= 1 for k in kernel_sizes),
+            "kernel_sizes must be a non-empty sequence of integers >= 1, got "
+            f"{list(kernel_sizes) if isinstance(kernel_sizes, Sequence) else kernel_sizes!r}",
+        )
+        check_number("dropout", dropout, 0, 1, open_max=True)
+        check_int("padding_idx", padding_idx, 0)
         if not 0 <= padding_idx < vocab_size:
             raise ValueError(f"padding_idx must be in [0, vocab_size={vocab_size}), got {padding_idx}")
         self.save_hyperparameters()

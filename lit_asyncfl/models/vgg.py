@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from lit_asyncfl.models.base import ClassificationModule, norm2d
+from lit_asyncfl.checks import check_int, check_number
+from lit_asyncfl.models.base import MAX_WIDTH, ClassificationModule, norm2d
 
 
 class VGG11(ClassificationModule):
@@ -24,8 +25,8 @@ class VGG11(ClassificationModule):
         norm: ``"batch"`` (BatchNorm), ``"group"`` (GroupNorm: no running statistics, so the model has no buffers,
             runs under a batched/vmap client engine and averages cleanly) or ``"none"`` (the original VGG).
         groups: GroupNorm groups (must divide every scaled channel count); used only with ``norm="group"``.
-        width: Multiplier of every layer's width (channels and the hidden head size), rounded, at least 1;
-            e.g. 0.25 gives 16-32-64-128 channels and a 128-unit head for tests and CPU runs.
+        width: Multiplier of every layer's width (channels and the hidden head size), rounded, at least 1; in
+            ``(0, MAX_WIDTH]`` (16); e.g. 0.25 gives 16-32-64-128 channels and a 128-unit head for tests and CPU runs.
         lr: Local SGD learning rate.
         momentum: SGD momentum.
         weight_decay: L2 penalty.
@@ -55,12 +56,11 @@ class VGG11(ClassificationModule):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
-        if in_channels < 1:
-            raise ValueError(f"in_channels must be >= 1, got {in_channels}")
-        if input_size < 32 or input_size % 32:
+        check_int("in_channels", in_channels, 1)
+        check_int("input_size", input_size, 1)
+        if input_size % 32:
             raise ValueError(f"input_size must be a positive multiple of 32 (VGG11 pools five times), got {input_size}")
-        if not width > 0:
-            raise ValueError(f"width must be > 0, got {width}")
+        check_number("width", width, 0, MAX_WIDTH, open_min=True)
         self.save_hyperparameters()
         layers: list[nn.Module] = []
         channels = in_channels

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from lit_asyncfl.checks import check_bool, check_int, check_number, check_path
 from lit_asyncfl.rl.sac import DiscreteSAC
 
 POLICY_FORMAT = "lit_asyncfl.asfl_policy.v1"
@@ -66,10 +67,8 @@ class FixedAction(RoundController):
     """
 
     def __init__(self, num_picked: int | None = 5, lag_tolerance: int = 2) -> None:
-        if num_picked is not None and not _is_count(num_picked, 1):
-            raise ValueError(f"num_picked must be an integer >= 1 (or None for every device), got {num_picked!r}")
-        if not _is_count(lag_tolerance, 0):
-            raise ValueError(f"lag_tolerance must be an integer >= 0, got {lag_tolerance!r}")
+        check_int("num_picked", num_picked, 1, optional=True)
+        check_int("lag_tolerance", lag_tolerance, 0)
         self.num_picked = num_picked
         self.lag_tolerance = lag_tolerance
 
@@ -123,12 +122,15 @@ class SACController(RoundController):
             raise ValueError(f"picked_choices must be integers >= 1, got {picked_choices!r}")
         if not tolerance_choices or not all(_is_count(t, 0) for t in tolerance_choices):
             raise ValueError(f"tolerance_choices must be integers >= 0, got {tolerance_choices!r}")
-        if not _is_count(updates_per_round, 0):
-            raise ValueError(f"updates_per_round must be an integer >= 0, got {updates_per_round!r}")
-        if not _is_count(batch_size, 1) or not _is_count(hidden, 2):
-            raise ValueError(f"need batch_size >= 1 and hidden >= 2 (integers), got {batch_size!r}, {hidden!r}")
-        if not lr > 0:
-            raise ValueError(f"lr must be > 0, got {lr}")
+        check_bool("train", train)
+        check_bool("greedy", greedy)
+        check_int("updates_per_round", updates_per_round, 0)
+        check_number("lr", lr, 0, open_min=True)
+        check_int("batch_size", batch_size, 1)
+        check_int("hidden", hidden, 2)
+        check_number("target_entropy_ratio", target_entropy_ratio, 0, 1)
+        check_int("seed", seed, 0, maximum=2**32 - 1)
+        check_path("policy", policy, optional=True)
         if policy is not None and not Path(policy).is_file():
             raise ValueError(f"policy file {policy!r} does not exist (train one with scripts/train_asfl.py)")
         self.picked_choices = None if picked_choices is None else [int(m) for m in picked_choices]

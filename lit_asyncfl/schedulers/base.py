@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from lit_asyncfl.checks import check_count_or_fraction, is_int
+
 if TYPE_CHECKING:
     from lit_asyncfl.core.clock import Event
     from lit_asyncfl.core.simulator import Simulator
@@ -17,14 +19,9 @@ def resolve_count(name: str, value: int | float, num_clients: int) -> int:
         >>> resolve_count("concurrency", 0.1, 100), resolve_count("concurrency", 7, 100)
         (10, 7)
     """
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a count (int >= 1) or a fraction (float in (0, 1]), got {value!r}")
-    if isinstance(value, float):
-        if not 0 < value <= 1:
-            raise ValueError(f"{name} as a fraction must be in (0, 1], got {value}; pass an int for a count")
+    check_count_or_fraction(name, value)
+    if not is_int(value):
         return max(1, round(value * num_clients))
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
     if value > num_clients:
         raise ValueError(f"{name}={value} is larger than num_clients={num_clients}; allowed: 1..{num_clients}")
     return int(value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lit_asyncfl.checks import check_count_or_fraction
 from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ class KAsync(Scheduler):
     """
 
     def __init__(self, k: int | float = 10) -> None:
-        resolve_count("k", k, num_clients=2**62)
+        check_count_or_fraction("k", k)
         self.k = k
         self.count = 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lit_asyncfl.checks import check_count_or_fraction
 from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ class KeepConcurrency(Scheduler):
     """
 
     def __init__(self, concurrency: int | float = 0.1) -> None:
-        resolve_count("concurrency", concurrency, num_clients=2**62)  # validate early
+        check_count_or_fraction("concurrency", concurrency)  # validate early
         self.concurrency = concurrency
         self.count = 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lit_asyncfl.checks import check_count_or_fraction, check_number
 from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 
 if TYPE_CHECKING:
@@ -30,8 +31,9 @@ class PeriodicTrigger(Scheduler):
     def __init__(
         self, period: float = 10.0, clients_per_trigger: int | float = 10, max_parallel: int | float = 0.1
     ) -> None:
-        if not period > 0:
-            raise ValueError(f"period must be > 0 virtual seconds, got {period}")
+        check_number("period", period, 0, open_min=True, unit=" virtual seconds")
+        check_count_or_fraction("clients_per_trigger", clients_per_trigger)
+        check_count_or_fraction("max_parallel", max_parallel)
         self.period = period
         self.clients_per_trigger = clients_per_trigger
         self.max_parallel = max_parallel

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from lit_asyncfl.checks import check_count_or_fraction
 from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ class SynchronousRounds(Scheduler):
     """
 
     def __init__(self, clients_per_round: int | float = 0.1) -> None:
-        resolve_count("clients_per_round", clients_per_round, num_clients=2**62)
+        check_count_or_fraction("clients_per_round", clients_per_round)
         self.clients_per_round = clients_per_round
         self.count = 0
         self.waiting: set[int] = set()

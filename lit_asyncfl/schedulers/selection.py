@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from lit_asyncfl.checks import check_number
 from lit_asyncfl.functional.asfl import device_utility
 
 
@@ -116,10 +117,8 @@ class OortSelection(UtilitySelection):
 
     def __init__(self, penalty: float = 2.0, preferred_duration: float | None = None) -> None:
         super().__init__()
-        if penalty < 0:
-            raise ValueError(f"penalty must be >= 0, got {penalty}")
-        if preferred_duration is not None and not preferred_duration > 0:
-            raise ValueError(f"preferred_duration must be > 0 (or None for T_max / K), got {preferred_duration}")
+        check_number("penalty", penalty, 0)
+        check_number("preferred_duration", preferred_duration, 0, open_min=True, optional=True)
         self.penalty = penalty
         self.preferred_duration = preferred_duration
 

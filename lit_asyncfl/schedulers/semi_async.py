@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lit_asyncfl.checks import check_bool, check_choice, check_count_or_fraction, check_int, check_number
 from lit_asyncfl.core.update import JobTiming
 from lit_asyncfl.functional.asfl import (
     deprecated_devices,
@@ -91,15 +92,13 @@ class SemiAsyncRounds(Scheduler):
         deadline: bool = False,
         reward: str = "round",
     ) -> None:
-        resolve_count("selected", selected, num_clients=2**62)
-        if reward not in REWARDS:
-            raise ValueError(f"unknown reward {reward!r}; allowed: {list(REWARDS)}")
-        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-            raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
-        if not 0 < max_latency < float("inf"):
-            raise ValueError(f"max_latency must be > 0 (virtual seconds), got {max_latency}")
-        if not (alpha_pref >= 0 and beta_pref >= 0):  # also refuses NaN
-            raise ValueError(f"alpha_pref and beta_pref must be >= 0, got {alpha_pref}, {beta_pref}")
+        check_count_or_fraction("selected", selected)
+        check_choice("reward", reward, REWARDS)
+        check_int("rounds", rounds, 1)
+        check_number("max_latency", max_latency, 0, open_min=True, unit=" virtual seconds")
+        check_number("alpha_pref", alpha_pref, 0)
+        check_number("beta_pref", beta_pref, 0)
+        check_bool("deadline", deadline)
         self.selected = selected
         self.rounds = rounds
         self.max_latency = max_latency

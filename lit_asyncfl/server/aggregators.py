@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from lit_asyncfl.checks import check, check_bool, check_number, is_int
 from lit_asyncfl.core.update import ClientUpdate
 from lit_asyncfl.functional.aggregation import mix, weighted_average
 
@@ -25,8 +26,10 @@ class Aggregator:
     """
 
     def __init__(self, buffer_size: int | None = None) -> None:
-        if buffer_size is not None and buffer_size < 1:
-            raise ValueError(f"buffer_size must be >= 1 or None, got {buffer_size}")
+        check(
+            buffer_size is None or (is_int(buffer_size) and buffer_size >= 1),
+            f"buffer_size must be >= 1 or None, got {buffer_size!r}",
+        )
         self.buffer_size = buffer_size
         self.buffer: list[tuple[ClientUpdate, float]] = []
 
@@ -73,9 +76,8 @@ class Mixing(Aggregator):
     """
 
     def __init__(self, alpha: float = 0.6) -> None:
+        check_number("alpha", alpha, 0, 1, open_min=True)
         super().__init__(buffer_size=1)
-        if not 0.0 < alpha <= 1.0:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         self.alpha = alpha
 
     def aggregate(self, server: Server) -> Tensor:
@@ -120,8 +122,8 @@ class DeltaAverage(Aggregator):
 
     def __init__(self, buffer_size: int | None = 10, server_lr: float = 1.0, normalize: bool = False) -> None:
         super().__init__(buffer_size)
-        if not server_lr > 0:
-            raise ValueError(f"server_lr must be > 0, got {server_lr}")
+        check_number("server_lr", server_lr, 0, open_min=True)
+        check_bool("normalize", normalize)
         self.server_lr = server_lr
         self.normalize = normalize
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lit_asyncfl.checks import check_fraction, check_int, check_number, check_ordered
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.functional.distillation import adaptive_distillation_weight, distillation_loss
 from lit_asyncfl.server.base import ServerCallback
@@ -66,25 +67,18 @@ class DistillationCorrection(ServerCallback):
         lr: float | None = None,
         time_per_sample: float = 0.01,
     ) -> None:
-        if staleness_threshold < 0:
-            raise ValueError(f"staleness_threshold must be >= 0, got {staleness_threshold}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        for name, value in [("weight_min", weight_min), ("weight_max", weight_max)]:
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value}")
-        if fixed_weight is not None and not 0.0 <= fixed_weight <= 1.0:
-            raise ValueError(f"fixed_weight must be in [0, 1] or None, got {fixed_weight}")
-        if ramp_versions < 1 or passes < 1 or batch_size < 1:
-            raise ValueError(
-                f"ramp_versions, passes and batch_size must be >= 1, got {ramp_versions}, {passes}, {batch_size}"
-            )
-        if not 0.0 < data_fraction < 1.0:
-            raise ValueError(f"data_fraction must be in (0, 1), got {data_fraction}")
-        if lr is not None and not lr > 0:
-            raise ValueError(f"lr must be > 0 or None, got {lr}")
-        if time_per_sample < 0:
-            raise ValueError(f"time_per_sample must be >= 0, got {time_per_sample}")
+        check_int("staleness_threshold", staleness_threshold, 0)
+        check_number("temperature", temperature, 0, open_min=True)
+        check_fraction("weight_min", weight_min)
+        check_fraction("weight_max", weight_max)
+        check_ordered("weight_min", weight_min, "weight_max", weight_max)
+        check_fraction("fixed_weight", fixed_weight, optional=True)
+        check_int("ramp_versions", ramp_versions, 1)
+        check_int("passes", passes, 1)
+        check_int("batch_size", batch_size, 1)
+        check_fraction("data_fraction", data_fraction, open_min=True, open_max=True)
+        check_number("lr", lr, 0, open_min=True, optional=True)
+        check_number("time_per_sample", time_per_sample, 0)
         self.staleness_threshold = staleness_threshold
         self.temperature = temperature
         self.weight_min, self.weight_max, self.ramp_versions = weight_min, weight_max, ramp_versions

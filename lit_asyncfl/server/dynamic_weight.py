@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lit_asyncfl.checks import check_finite, check_number
 from lit_asyncfl.functional.fedasmu import SIGMA_MIN, fedasmu_alpha, fedasmu_alpha_grads, fedasmu_xi
 from lit_asyncfl.server.base import ServerCallback
 
@@ -63,12 +64,13 @@ class DynamicStalenessWeight(ServerCallback):
         lr_sigma: float = 1e-4,
         lr_iota: float = 1e-4,
     ) -> None:
-        if not mu_alpha > 0:
-            raise ValueError(f"mu_alpha must be > 0, got {mu_alpha}")
-        if not sigma0 > 0:
-            raise ValueError(f"sigma0 must be > 0, got {sigma0}")
-        if min(lr_lambda, lr_sigma, lr_iota) < 0:
-            raise ValueError(f"learning rates must be >= 0, got {lr_lambda}, {lr_sigma}, {lr_iota}")
+        check_number("mu_alpha", mu_alpha, 0, open_min=True)
+        check_number("lambda0", lambda0, 0, open_min=True)
+        check_number("sigma0", sigma0, 0, open_min=True)
+        check_finite("iota0", iota0)
+        check_number("lr_lambda", lr_lambda, 0)
+        check_number("lr_sigma", lr_sigma, 0)
+        check_number("lr_iota", lr_iota, 0)
         self.mu_alpha = mu_alpha
         self.lambda0, self.sigma0, self.iota0 = lambda0, sigma0, iota0
         self.lr_lambda, self.lr_sigma, self.lr_iota = lr_lambda, lr_sigma, lr_iota

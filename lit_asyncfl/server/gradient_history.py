@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from lit_asyncfl.checks import check_int
 from lit_asyncfl.server.base import ServerCallback
 
 if TYPE_CHECKING:
@@ -33,8 +34,7 @@ class GradientHistory(ServerCallback):
     """
 
     def __init__(self, length: int = 5) -> None:
-        if length < 0:
-            raise ValueError(f"buffer length h must be >= 0, got {length}")
+        check_int("buffer length h", length, 0)
         self.length = length
         self._reset()
 

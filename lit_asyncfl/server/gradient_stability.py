@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lit_asyncfl.checks import check_number
 from lit_asyncfl.functional.history import least_similar
 from lit_asyncfl.server.base import ServerCallback
 from lit_asyncfl.server.gradient_history import GradientHistory
@@ -31,8 +32,7 @@ class GradientStability(ServerCallback):
     """
 
     def __init__(self, history: GradientHistory, alpha: float = 0.1) -> None:
-        if not alpha >= 0:
-            raise ValueError(f"EGS alpha must be >= 0, got {alpha}")
+        check_number("EGS alpha", alpha, 0)
         self.history = history
         self.alpha = alpha
 

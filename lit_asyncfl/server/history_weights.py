@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lit_asyncfl.checks import check_fraction, check_number
 from lit_asyncfl.functional.history import client_utility, cosine, ema, history_aware_weight
 from lit_asyncfl.server.base import ServerCallback
 from lit_asyncfl.server.gradient_history import GradientHistory
@@ -54,14 +55,11 @@ class HistoryAwareWeight(ServerCallback):
         max_exponent: float = 50.0,
         floor: float = 1e-6,
     ) -> None:
-        if lam < 0:
-            raise ValueError(f"HAA lambda must be >= 0, got {lam}")
-        if not 0.0 <= ema_rate <= 1.0:
-            raise ValueError(f"ema_rate must be in [0, 1], got {ema_rate}")
-        if not -1.0 <= similarity_threshold <= 1.0:
-            raise ValueError(f"similarity_threshold must be in [-1, 1], got {similarity_threshold}")
-        if not floor > 0:
-            raise ValueError(f"floor must be > 0, got {floor}")
+        check_number("lam", lam, 0)  # HAA's lambda
+        check_fraction("ema_rate", ema_rate)
+        check_number("similarity_threshold", similarity_threshold, -1, 1)
+        check_number("max_exponent", max_exponent, 0)
+        check_number("floor", floor, 0, open_min=True)
         self.history = history
         self.lam = lam
         self.similarity_threshold = similarity_threshold

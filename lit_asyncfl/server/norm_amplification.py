@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
+from lit_asyncfl.checks import check_number
 from lit_asyncfl.functional.history import amplified_norm
 from lit_asyncfl.server.base import ServerCallback
 
@@ -30,8 +31,7 @@ class NormAmplification(ServerCallback):
     """
 
     def __init__(self, mu: float = 1e-4) -> None:
-        if not 0.0 <= mu < 1.0:
-            raise ValueError(f"INA mu must be in [0, 1), got {mu}")
+        check_number("INA mu", mu, 0, 1, open_max=True)
         self.mu = mu
 
     def transform_aggregate(self, server: Server, step: Tensor, updates: list[ClientUpdate]) -> Tensor:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lit_asyncfl.checks import check, check_int
+from lit_asyncfl.checks import check, check_int, check_number
 from lit_asyncfl.server.base import ServerCallback
 
 if TYPE_CHECKING:
@@ -41,10 +41,7 @@ class UpdateNormBound(ServerCallback):
     """
 
     def __init__(self, k: float = 10.0, window: int = 100, min_history: int = 10) -> None:
-        check(
-            isinstance(k, (int, float)) and not isinstance(k, bool) and 1 < k < math.inf,
-            f"k must be a finite number > 1, got {k!r}",
-        )
+        check_number("k", k, 1, open_min=True)
         check_int("window", window, 1)
         check_int("min_history", min_history, 1)
         check(min_history <= window, f"min_history must be <= window ({window}), got {min_history}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lit_asyncfl.checks import check_int
 from lit_asyncfl.server.base import ServerCallback
 
 if TYPE_CHECKING:
@@ -28,8 +29,7 @@ class StalenessBound(ServerCallback):
     rejection_kind = "discarded"
 
     def __init__(self, max_staleness: int) -> None:
-        if max_staleness < 0:
-            raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+        check_int("max_staleness", max_staleness, 0)
         self.max_staleness = max_staleness
 
     def reject_update(self, server: Server, update: ClientUpdate) -> str | None:

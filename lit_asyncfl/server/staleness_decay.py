@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from lit_asyncfl.checks import check_fraction
 from lit_asyncfl.functional.asfl import staleness_decayed
 from lit_asyncfl.server.base import ServerCallback
 
@@ -31,8 +32,7 @@ class StalenessDecay(ServerCallback):
     """
 
     def __init__(self, decay: float = 0.9) -> None:
-        if not 0 < decay <= 1:
-            raise ValueError(f"decay must be in (0, 1], got {decay}")
+        check_fraction("decay", decay, open_min=True)
         self.decay = decay
 
     def transform_update(self, server: Server, update: ClientUpdate) -> ClientUpdate:

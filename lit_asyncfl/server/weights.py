@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lit_asyncfl.checks import check_choice, check_number
 from lit_asyncfl.functional.staleness import STALENESS_FUNCTIONS, staleness_weight
 from lit_asyncfl.server.base import ServerCallback
 
@@ -29,12 +30,9 @@ class StalenessWeight(ServerCallback):
     """
 
     def __init__(self, function: str = "polynomial", a: float = 0.5, b: float = 4.0) -> None:
-        if function not in STALENESS_FUNCTIONS:
-            raise ValueError(f"unknown staleness function {function!r}; allowed: {sorted(STALENESS_FUNCTIONS)}")
-        if a < 0:
-            raise ValueError(f"staleness parameter a must be >= 0, got {a}")
-        if b < 0:
-            raise ValueError(f"staleness parameter b must be >= 0, got {b}")
+        check_choice("staleness function", function, sorted(STALENESS_FUNCTIONS))
+        check_number("staleness parameter a", a, 0)
+        check_number("staleness parameter b", b, 0)
         self.function, self.a, self.b = function, a, b
 
     def weight_update(self, server: Server, update: ClientUpdate, weight: float) -> float:
