@@ -517,6 +517,10 @@ class FederatedTrainer:
                 self._hooks.evaluate(sim)
             finally:
                 self.final_evaluation = False
+        self._summarize(sim, reason)
+
+    def _summarize(self, sim: Simulator, reason: str) -> None:
+        """End the run's record: the global model holds the final weights, :attr:`summary` says how it went."""
         self.stop_reason = reason
         assert self._flat is not None
         self._flat.load(sim.server.weights)
@@ -536,20 +540,7 @@ class FederatedTrainer:
         """The summary of a run an exception ended, for the outputs the callbacks then write (never raises: the
         original exception is what the user must see)."""
         try:
-            self.stop_reason = f"error: {type(exc).__name__}"
-            if self._flat is not None:
-                self._flat.load(sim.server.weights)
-            self.summary = run_summary(
-                self.history,
-                sim,
-                algorithm=self.algorithm.name,
-                num_clients=self.num_clients,
-                monitor=self.evaluation.monitor_name,
-                mode=self.evaluation.mode,
-                target=self.target_accuracy,
-                stop_reason=self.stop_reason,
-                wall_seconds=self._wall_seconds(),
-            )
+            self._summarize(sim, f"error: {type(exc).__name__}")
         except Exception as error:  # pragma: no cover (a secondary failure must not hide the first)
             log.warning("lit_asyncfl: could not summarize the failed run: %r", error)
 
