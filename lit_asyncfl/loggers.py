@@ -45,6 +45,7 @@ def claim_log_dir(loggers: list[Logger], root: str, name: str) -> str:
         for lg in loggers:
             if isinstance(lg, (CSVLogger, TensorBoardLogger)) and lg._version is None:  # Lightning's lazy version
                 lg._version = _claim_version(Path(lg.root_dir))
+                os.makedirs(lg.log_dir, exist_ok=True)  # (a TensorBoardLogger's sub_dir is below the version)
                 return _writable(str(lg.log_dir))
             path = getattr(lg, "log_dir", None)
             if path:

@@ -226,6 +226,9 @@ class FederatedTrainer:
         self.should_stop = False
         #: Why the last run ended (``"max_versions"``, ``"early_stopping"``, ...).
         self.stop_reason: str | None = None
+        #: Whether the last ``fit`` got past its start (restored or started, initial model evaluated): only then
+        #: does a failure write outputs and a checkpoint (a refused resume must not overwrite its ``last.ckpt``).
+        self.run_started = False
         #: ``True`` during the evaluation of the final model that a run adds when it ends between two scheduled
         #: evaluations (a resumed run never sees it, so ranking and stopping callbacks skip it).
         self.final_evaluation = False
@@ -305,6 +308,7 @@ class FederatedTrainer:
         self._log_dir = None
         self.should_stop, self.stop_reason = False, None
         self.summary = {}
+        self.run_started = False
         checkpoint = ckpt.load(ckpt_path, self.device) if ckpt_path is not None else None
         sim = self._build(model, datamodule)
         _ = self.log_dir  # created (exclusively) and checked writable before anything runs
@@ -316,6 +320,7 @@ class FederatedTrainer:
                 sim.start()
                 if not self.history:  # the scheduler may have evaluated the initial model already
                     self._hooks.evaluate(sim)
+            self.run_started = True
             loop_reason = sim.run(
                 self.max_virtual_time,
                 self.max_versions,
@@ -325,7 +330,8 @@ class FederatedTrainer:
             self._finish(sim, loop_reason)
             self._hooks.call("on_fit_end")
         except BaseException as exc:
-            self._summarize_failure(sim, exc)
+            if self.run_started:  # else (a refused resume, a failing start) nothing of a run exists to write
+                self._summarize_failure(sim, exc)
             self._hooks.call("on_exception", exc)
             raise
 

@@ -382,3 +382,50 @@ def test_a_model_that_does_not_fit_the_data_is_refused_at_fit_start_naming_both(
     trainer = make_trainer(tmp_path, FedAsync(concurrency=2), max_versions=3)
     with pytest.raises(ValueError, match=r"LogisticRegression does not fit the data of DigitsDataModule: .*" + message):
         trainer.fit(model(), datamodule=DigitsDataModule())
+
+
+def test_a_refused_resume_leaves_the_checkpoint_and_outputs_it_resumed_from_untouched(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+
+    first = make_trainer(tmp_path, FedAsync(concurrency=3), max_versions=4, logger=CSVLogger(str(tmp_path), version=3))
+    first.fit(Momentum(input_dim=64), datamodule=DigitsDataModule())
+    last = os.path.join(first.log_dir, "checkpoints", "last.ckpt")
+    before = open(last, "rb").read(), open(os.path.join(first.log_dir, "summary.json")).read()
+    again = make_trainer(tmp_path, FedAsync(concurrency=4), max_versions=8, logger=CSVLogger(str(tmp_path), version=3))
+    with pytest.raises(ValueError, match="written by a different configuration"):
+        again.fit(Momentum(input_dim=64), datamodule=DigitsDataModule(), ckpt_path=last)  # into the same dir
+    assert (open(last, "rb").read(), open(os.path.join(first.log_dir, "summary.json")).read()) == before
+
+
+def test_a_fedasmu_job_failing_after_its_merge_leaves_no_trace_and_the_resume_is_exact(tmp_path, flaky):
+    """The merge at the request updates FedASMU's controls and slot policy mid-job; a later step raises. The
+    checkpoint must hold the state before the job's request event, so the replayed event learns once."""
+    from lit_asyncfl.algorithms import FedASMU
+    from lit_asyncfl.client import ClientCallback
+
+    class FailAfterTheMerge(ClientCallback):  # when armed, the first job that merges fails at its next step
+        armed = failed = False
+
+        def on_fresh_model(self, trainer, job, fresh_weights, fresh_version, batch):
+            if self.armed and not self.failed and job.request_step < job.num_steps:
+                FailAfterTheMerge.failed = True
+                flaky.fail_at = {flaky.steps + 1}
+
+    def fit(name, armed, ckpt_path=None):
+        algo = FedASMU(clients_per_trigger=3, max_parallel=4, num_slots=3, epsilon=0.5, lr_gamma=1e-2)
+        algo.client_callbacks.append(FailAfterTheMerge())  # after the merge: it has learned when the job fails
+        FailAfterTheMerge.armed = armed
+        flaky.steps = 0
+        trainer = make_trainer(tmp_path / name, algo, max_versions=20)
+        torch.manual_seed(0)
+        trainer.fit(Flaky(input_dim=64), datamodule=DigitsDataModule(), ckpt_path=ckpt_path)
+        return trainer
+
+    healthy = fit("healthy", armed=False)
+    with pytest.raises(ClientJobError):
+        fit("failing", armed=True)
+    assert FailAfterTheMerge.failed
+    flaky.fail_at = set()
+    last = next((tmp_path / "failing").rglob("last.ckpt"))
+    resumed = fit("resumed", armed=False, ckpt_path=str(last))
+    assert torch.equal(global_weights(resumed), global_weights(healthy))

@@ -67,7 +67,7 @@ class RunCheckpoint(Callback):
 
     def on_exception(self, trainer: FederatedTrainer, exception: BaseException) -> None:
         sim = trainer.simulator
-        if sim is None or sim.in_event:  # mid-event the state is inconsistent: the last periodic one stays
+        if sim is None or sim.in_event or not trainer.run_started:  # mid-event or before the start: inconsistent
             return
         try:
             self._save(trainer)

@@ -356,8 +356,10 @@ class CohortExecutor:
         if job_id not in self._done:
             others = sorted(k for k in self._pending if k != job_id)
             ids = [job_id, *others][: self.max_cohort]
-            entries = [self._pending.pop(k) for k in ids]
+            entries = [self._pending[k] for k in ids]
             self.cohort_sizes.append(len(ids))
             updates = self.trainer.train_many([e[0] for e in entries], [e[1] for e in entries])
+            for k in ids:  # only now: the jobs of a cohort that raised are still pending
+                del self._pending[k]
             self._done.update(zip(ids, updates))
         return self._done.pop(job_id)

@@ -129,7 +129,7 @@ def check_model_fits_data(module: L.LightningModule, batch: Any, data_name: str)
     probe.log = probe.log_dict = _no_log  # type: ignore[method-assign,assignment]
     probe._trainer = JobTrainer("fast", 1, 1)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):  # the probe's draws (dropout) leave no trace
             probe.training_step(batch, 0)
     except (RuntimeError, IndexError, ValueError, TypeError) as error:
         shapes = pytree.tree_map(lambda leaf: tuple(leaf.shape) if isinstance(leaf, torch.Tensor) else leaf, batch)

@@ -35,5 +35,7 @@ class SequentialExecutor:
 
     def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
         """Compute and return the update of a job (``fresh``: the answer to its server request, if any)."""
-        job, start = self._pending.pop(job_id)
-        return self.trainer.train(job, start, fresh)
+        job, start = self._pending[job_id]
+        update = self.trainer.train(job, start, fresh)
+        del self._pending[job_id]  # only now: a job that raised is still pending (the event can be replayed)
+        return update
