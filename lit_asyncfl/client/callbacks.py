@@ -49,7 +49,8 @@ class ClientCallback:
         """Called after ``loss.backward()`` and before ``optimizer.step()``: gradients can be modified."""
 
     def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
-        """Called with the finished update before it is uploaded."""
+        """Called with the finished update before it is uploaded. State shared across jobs should learn from a job
+        here (not mid-job): a job that raises never gets here, so it leaves no trace."""
 
     def on_job_dropped(self, job: ClientJob, reason: str) -> None:
         """Called when a job ends without an update (e.g. it raised): forget what was kept for it."""

@@ -92,6 +92,8 @@ class FreshModelMerge(ClientCallback):
         self.lr_upsilon = lr_upsilon
         self.selector = selector if selector is not None else TimeSlotSelector()
         self._controls: dict[int, tuple[float, float]] = {}
+        #: What a job's merge taught, until the job ends (never at an event boundary, so never checkpointed).
+        self._learned: dict[int, tuple[tuple[float, float], float]] = {}
 
     def controls(self, client: int) -> tuple[float, float]:
         """Current :math:`(\\gamma_i, \\upsilon_i)` of a device."""
@@ -131,18 +133,26 @@ class FreshModelMerge(ClientCallback):
         d_gamma, d_upsilon = fedasmu_beta_grads(gamma, upsilon, fresh_version, job.base_version, self.mu_beta, inner)
         controls = (gamma - self.lr_gamma * d_gamma, upsilon - self.lr_upsilon * d_upsilon)
         reward = loss_before - float(loss_after.detach())
+        self._learned[job.job_id] = (controls, reward)  # applied when the job ends: a job that raises teaches nothing
+        trainer.job_info.update(beta=beta, reward=reward, fresh_version=fresh_version, merge_jump=merged - before)
+
+    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
+        """Learn from the job's merge — in the same computation as the merge, so no other job sees the difference
+        — only now that the job finished, and only from finite values."""
+        learned = self._learned.pop(job.job_id, None)
+        if learned is None:  # no newer model at the request: nothing to learn from
+            self.selector.forget(job.job_id)
+            return
+        controls, reward = learned
         if all(math.isfinite(v) for v in (*controls, reward)):
             self._controls[job.client] = controls
             self.selector.reward(job.job_id, reward)
         else:  # a diverged job (NaN/inf loss) teaches the controls and the slot policy nothing
             self.selector.forget(job.job_id)
-            trainer.job_info["fresh_merge_learning"] = "skipped: non-finite"
-        trainer.job_info.update(beta=beta, reward=reward, fresh_version=fresh_version, merge_jump=merged - before)
-
-    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
-        self.selector.forget(job.job_id)  # no newer model at the request: nothing to learn from
+            update.info["fresh_merge_learning"] = "skipped: non-finite"
 
     def on_job_dropped(self, job: ClientJob, reason: str) -> None:
+        self._learned.pop(job.job_id, None)
         self.selector.forget(job.job_id)
 
     def state_dict(self) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -375,14 +374,9 @@ class Simulator:
     def _job_result(self, job: ClientJob, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate | None:
         """The job's update from the executor; on an exception in the job, raise :class:`ClientJobError` or (with
         ``on_client_error="drop"``) drop the job and return ``None``."""
-        # Client callbacks may learn mid-job (FedASMU's merge at the request): a job that fails after that must
-        # leave them as they were, so that a replayed event (resume) or the other jobs see no trace of it.
-        saved = [(cb, copy.deepcopy(cb.state_dict())) for cb in self.client_callbacks] if fresh is not None else []
-        try:
+        try:  # (client callbacks learn from a job in on_train_end, which a job that raises never reaches)
             return self.executor.result(job.job_id, fresh=fresh)
         except Exception as error:
-            for cb, state in saved:
-                cb.load_state_dict(state)
             if self.on_client_error == "raise":
                 raise ClientJobError(
                     f"the job {job.job_id} of client {job.client} (from version {job.base_version}) raised "
