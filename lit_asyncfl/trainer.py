@@ -302,8 +302,7 @@ class FederatedTrainer:
                 unless wrapped in :class:`~lit_asyncfl.data.PartitionedDataModule`).
             ckpt_path: Resume from a checkpoint written by this trainer (same configuration; budgets may differ).
         """
-        if self.num_threads is not None:
-            torch.set_num_threads(self.num_threads)
+        torch.set_num_threads(self.effective_num_threads)
         self._wall_start, self._wall_offset = time.perf_counter(), 0.0
         self._log_dir = None
         self.should_stop, self.stop_reason = False, None
@@ -435,8 +434,6 @@ class FederatedTrainer:
             check_model_fits_data(model, probe_batch, type(datamodule).__name__)
         self.global_model = model
         self._flat = flat = FlatParameters(model)
-        if self.num_threads is None:
-            torch.set_num_threads(DEFAULT_NUM_THREADS[self.engine])
         executor = build_executor(
             self.engine,
             model,
