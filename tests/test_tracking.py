@@ -30,6 +30,8 @@ def read_wandb_records(path: Path) -> list:
         if kind == 0 and length == 0:
             pos += left
             continue
+        if pos + 7 + length > len(raw):  # the writer is part-way through this chunk
+            break
         data, pos = raw[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind in (1, 2):  # full, first
             buffer = data
@@ -46,9 +48,16 @@ def finished_records(run_dir: Path, timeout: float = 60.0) -> list:
     """The run's records once its exit record is on disk (the W&B service writes the file asynchronously)."""
     import time
 
+    from google.protobuf.message import DecodeError
+
     deadline = time.monotonic() + timeout
     while True:
-        records = read_wandb_records(next(run_dir.glob("run-*.wandb")))
+        try:
+            records = read_wandb_records(next(run_dir.glob("run-*.wandb")))
+        except DecodeError:  # read while a record was being written: read again
+            if time.monotonic() > deadline:
+                raise
+            records = []
         if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
             return records
         time.sleep(0.2)
