@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lit_asyncfl.checks import check_finite, check_number
+from lit_asyncfl.checks import check_finite, check_number, check_path
 from lit_asyncfl.core.update import JobTiming
+from lit_asyncfl.traces import file_digest, load_trace
 
 
 @dataclass
@@ -175,3 +176,61 @@ class UniformResponse(DeviceModel):
         timing = super().job_timing(profiles, client, num_samples, model_bytes, rng)
         assert rng is not None, "UniformResponse draws a compute time per job and needs the simulator's rng"
         return JobTiming(timing.download, float(rng.uniform(self.low, self.high)), timing.upload)
+
+
+class TraceDevices(DeviceModel):
+    """Devices replayed from a capacity trace: each client computes and communicates at a measured device's speed.
+
+    Client ``i`` gets the trace's device ``i % n`` (``n`` devices, in file order), so a small trace can drive a large
+    federation (FedScale, too, assigns its clients to trace entries cyclically: its client ``c``, counted from 1,
+    gets the entry whose key is ``c % n``). A job takes ``model_bytes / bandwidth`` to download and again to upload
+    and ``time_per_sample * augmentation_factor * num_samples`` to compute (the base class's rule, with
+    ``augmentation_factor`` folded into the profiles' ``time_per_sample``, so that schedulers estimating durations
+    from the profiles see the same speeds).
+
+    With FedScale's ``client_device_capacity`` and ``augmentation_factor=3.0`` this is FedScale's
+    ``get_completion_time``: computation ``augmentation_factor * batch_size * local_steps * computation / 1000``
+    seconds (here ``num_samples``, the samples a job processes, plays ``batch_size * local_steps``) and
+    communication ``(upload_size + download_size) / communication`` with sizes in kbit (here download plus upload).
+    Unit conversions are in :mod:`lit_asyncfl.traces`.
+
+    Args:
+        path: A capacity trace: ``.csv`` or ``.json`` (see :mod:`lit_asyncfl.traces`), or FedScale's
+            ``client_device_capacity`` pickle named with the suffix ``.pkl`` or ``.pickle`` (loaded without running
+            code).
+        augmentation_factor: Multiplies every compute time: 1.0 for traces that time a training sample, 3.0 to
+            reproduce FedScale (its traces time inference, a forward pass; a backward pass costs about twice that).
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "capacity.csv")
+        >>> _ = open(path, "w").write("device,time_per_sample,bandwidth\\nfast,0.01,1e6\\nslow,0.05,2e5\\n")
+        >>> model = TraceDevices(path)
+        >>> profiles = model.sample_profiles(3, np.random.default_rng(0))  # client 2 is device "fast" again
+        >>> profiles.time_per_sample.tolist(), profiles.bandwidth.tolist()
+        ([0.01, 0.05, 0.01], [1000000.0, 200000.0, 1000000.0])
+        >>> model.job_timing(profiles, 1, num_samples=100, model_bytes=400_000, rng=None)
+        JobTiming(download=2.0, compute=5.0, upload=2.0)
+    """
+
+    def __init__(self, path: str, augmentation_factor: float = 1.0) -> None:
+        check_path("path", path)
+        check_number("augmentation_factor", augmentation_factor, 0, open_min=True)
+        trace = load_trace(path, "capacity")
+        # no DeviceModel.__init__: its reference time_per_sample and bandwidth mean nothing here, and the public
+        # attributes (recorded in the run's fingerprint) are the constructor's arguments only
+        self.path = str(path)
+        self.augmentation_factor = augmentation_factor
+        #: The trace file's digest (:func:`~lit_asyncfl.traces.file_digest`), in the run's fingerprint.
+        self.content_sha256 = file_digest(path)
+        self._devices = trace.devices
+        self._time_per_sample = trace.time_per_sample
+        self._bandwidth = trace.bandwidth
+
+    def sample_profiles(self, num_clients: int, rng: np.random.Generator) -> DeviceProfiles:
+        """Client ``i``'s profile is the trace's device ``i % n``; nothing is drawn."""
+        device = np.arange(num_clients) % len(self._devices)
+        return DeviceProfiles(
+            time_per_sample=self._time_per_sample[device] * self.augmentation_factor,
+            bandwidth=self._bandwidth[device].copy(),
+        )
