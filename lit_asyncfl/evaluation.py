@@ -256,6 +256,8 @@ class GlobalEvaluation:
             "loss": find_metric(metrics, "loss"),
             "updates_received": stats.received,
             "updates_aggregated": stats.aggregated,
+            "updates_dropped": sum(sim.dropped.values()),
+            "num_online": int(sim.availability.online(sim.now).sum()),
             "wall_time": round(self._wall_seconds(), 3),
             **metrics,
         }

@@ -82,6 +82,7 @@ def run_fingerprint(
         "local_epochs": trainer.local_epochs,
         "seed": trainer.seed,
         "device_model": describe(trainer.device_model),
+        "availability": describe(trainer.availability),
         "model": {"class": type(model).__qualname__, "numel": numel, "hparams": describe(dict(model.hparams))},
         "optimizer": optimizer_fingerprint(model, trainer.engine),
         "data": describe(datamodule),

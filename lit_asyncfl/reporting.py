@@ -11,7 +11,17 @@ from typing import Any
 
 import numpy as np
 
-BASE_COLUMNS = ("version", "virtual_time", "accuracy", "loss", "updates_received", "updates_aggregated", "wall_time")
+BASE_COLUMNS = (
+    "version",
+    "virtual_time",
+    "accuracy",
+    "loss",
+    "updates_received",
+    "updates_aggregated",
+    "updates_dropped",
+    "num_online",
+    "wall_time",
+)
 
 
 def first_reaching(history: Sequence[dict[str, Any]], target: float, mode: str = "max") -> dict[str, Any] | None:
@@ -73,6 +83,7 @@ def run_summary(
         "reject_reasons": dict(stats.reasons),
         "updates_dropped": sum(sim.dropped.values()),
         "drop_reasons": dict(sim.dropped),
+        "mean_online_fraction": sim.availability.online_fraction(sim.now),
         "mean_staleness": stats.staleness_mean,
         "max_staleness": stats.staleness_max,
         "bytes_up": stats.bytes_up,
@@ -170,6 +181,27 @@ def plot_history(
     ax_loss.set_ylabel("loss")
     ax_loss.grid(alpha=0.3)
     fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_availability(availability: Any, end: float, path: str | Path, title: str, points: int = 500) -> None:
+    """Save the number of devices online against virtual time over ``[0, end]`` (sampled at ``points`` times)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    times = np.linspace(0.0, max(end, 1e-9), points)
+    counts = availability.online_counts(times)
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ax.step(times, counts, where="post", color="tab:green")
+    ax.set_xlabel("virtual time (s)")
+    ax.set_ylabel("devices online")
+    ax.set_ylim(0, availability.num_clients * 1.05)
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{title}: {availability!r}"[:110], fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

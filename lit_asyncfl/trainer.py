@@ -22,6 +22,7 @@ from lightning.pytorch.loggers import Logger
 
 from lit_asyncfl import checkpoint as ckpt
 from lit_asyncfl.algorithms import Algorithm, get_algorithm
+from lit_asyncfl.availability import AlwaysAvailable, Availability
 from lit_asyncfl.callbacks import Callback, ModelCheckpoint, RunCheckpoint
 from lit_asyncfl.callbacks.connector import CallbackConnector, configure_callbacks
 from lit_asyncfl.checks import check, check_bool, check_choice, check_int, check_number, check_path
@@ -110,6 +111,11 @@ class FederatedTrainer:
             changes float results in the last bits (about 1e-8 in LeNet-5 weights), never their determinism.
         compile_cohort: ``torch.compile`` the ``cohort`` engine's batched step (about a minute of compilation first,
             then ~25% faster steps; needs a C++ compiler); an error with the other engines.
+        availability: When each simulated device is online (:mod:`lit_asyncfl.availability`; default
+            :class:`~lit_asyncfl.availability.AlwaysAvailable`, every device all the time). Schedulers dispatch only
+            online devices; a job whose device goes offline or crashes before its update arrives is dropped (summary
+            ``updates_dropped`` and ``drop_reasons``; ``mean_online_fraction``; ``num_online`` in the history;
+            ``availability.png`` in the outputs).
 
     Example:
         >>> from lit_asyncfl.algorithms import FedAsync
@@ -150,6 +156,7 @@ class FederatedTrainer:
         compile_cohort: bool = False,
         checkpoint_every_seconds: float | None = 300.0,
         on_client_error: str = "raise",
+        availability: Availability | None = None,
     ) -> None:
         init_args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.algorithm = get_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
@@ -172,6 +179,10 @@ class FederatedTrainer:
         check(
             device_model is None or isinstance(device_model, DeviceModel),
             f"device_model must be a DeviceModel or None, got {device_model!r}",
+        )
+        check(
+            availability is None or isinstance(availability, Availability),
+            f"availability must be an Availability (see lit_asyncfl.availability) or None, got {availability!r}",
         )
         check_number("target_accuracy", target_accuracy)
         check_path("default_root_dir", default_root_dir)
@@ -203,6 +214,7 @@ class FederatedTrainer:
         self.max_virtual_time = max_virtual_time
         self.max_versions = max_versions
         self.device_model = device_model if device_model is not None else UniformRatio(ratio=5.0)
+        self.availability = availability if availability is not None else AlwaysAvailable()
         self.eval_every = eval_every
         self.target_accuracy = target_accuracy
         self.seed = seed
@@ -470,6 +482,7 @@ class FederatedTrainer:
             evaluator=lambda: hooks.current_metrics(sim),
             observers=[hooks],
             on_client_error=self.on_client_error,
+            availability=self.availability,
         )
         self.evaluation.setup(model, flat.load, eval_loader(dm), self._wall_seconds, self.seed)
         self._final_state = None
@@ -506,7 +519,8 @@ class FederatedTrainer:
         if loop_reason == "stalled":
             warnings.warn(
                 f"stopped: the last {sim.stalled_arrivals} updates produced no new global version "
-                f"(rejection reasons so far: {sim.server.stats.reasons or 'none'})",
+                f"(rejection reasons so far: {sim.server.stats.reasons or 'none'}; jobs dropped: "
+                f"{dict(sim.dropped) or 'none'})",
                 RuntimeWarning,
                 stacklevel=3,
             )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import re
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from typing import Any
 
 import lightning as L
 
-from lit_asyncfl import FederatedTrainer, data, devices, mobility, models, schedulers, server
+from lit_asyncfl import FederatedTrainer, availability, data, devices, mobility, models, schedulers, server
 from lit_asyncfl import algorithms as alg
 from lit_asyncfl.client.callbacks import LearningRateDecay, ProximalTerm
 from lit_asyncfl.client.fresh_merge import FreshModelMerge
@@ -99,6 +100,17 @@ ALLOWED: dict[tuple[str, str, Any], str] = {
     ("DistillationCorrection", "time_per_sample", 0.0): "distillation costs no server time",
     (ANY, "server_time_per_sample", 0.0): "distillation costs no server time",
     (ANY, "server_time_per_sample", HUGE): "a very slow server",
+    (ANY, "crash_probability", 0.0): "no job crashes",
+    ("MarkovOnOff", "spread", 0.0): "every device alike",
+    ("Diurnal", "amplitude", 0.0): "no daily rhythm: constant probability",
+    ("Diurnal", "phase_spread", 0.0): "every device on one clock",
+    ("Diurnal", "day", HUGE): "a day longer than the run",
+    (ANY, "slot", HUGE): "availability drawn once for the whole run",
+    (ANY, "mean_on", HUGE): "devices that stay online",
+    (ANY, "mean_off", HUGE): "devices that stay offline once they leave",
+    (ANY, "time_scale", HUGE): "a trace stretched over a long run",
+    (ANY, "deadline", HUGE): "a round deadline longer than any round: in effect none",
+    (ANY, "round_deadline", HUGE): "a round deadline longer than any round: in effect none",
     (ANY, "speed", 0.0): "devices that do not move",
     (ANY, "speed", HUGE): "devices that jump anywhere each round",
     ("SyntheticDataModule", "alpha", 0.0): "alpha=0: no model heterogeneity",
@@ -172,6 +184,7 @@ ALLOWED: dict[tuple[str, str, Any], str] = {
             "margin",
             "floor",
             "max_virtual_time",
+            "augmentation_factor",
         )
     },
     (ANY, "bandwidth", INF): "infinite bandwidth: free communication (documented)",
@@ -197,8 +210,15 @@ class Target:
 
 
 def targets(tmp: str) -> list[Target]:
-    """Every public constructor under test (``tmp``: a scratch directory for the trainer's outputs)."""
+    """Every public constructor under test (``tmp``: a scratch directory for the trainer's outputs and the trace
+    file ``TraceDevices`` reads)."""
     history = server.GradientHistory(3)
+    capacity_trace = os.path.join(tmp, "capacity.csv")  # TraceDevices reads its trace at construction
+    with open(capacity_trace, "w") as f:
+        f.write("device,time_per_sample,bandwidth\nd0,0.01,1e6\n")
+    availability_trace = os.path.join(tmp, "availability.csv")  # and TraceAvailability its own
+    with open(availability_trace, "w") as f:
+        f.write("device,start,end\nd0,0,100\n")
     presets = [Target(cls.__name__, cls) for cls in alg.PRESETS.values() if "kwargs" not in _params(cls)]
     presets.append(
         Target(
@@ -237,7 +257,13 @@ def targets(tmp: str) -> list[Target]:
         Target("UniformRatio", devices.UniformRatio),
         Target("ExponentialCapability", devices.ExponentialCapability),
         Target("UniformResponse", devices.UniformResponse),
+        Target("TraceDevices", devices.TraceDevices, {"path": capacity_trace}),
         Target("MobileEdgeDevices", mobility.MobileEdgeDevices),
+        Target("AlwaysAvailable", availability.AlwaysAvailable),
+        Target("Bernoulli", availability.Bernoulli),
+        Target("MarkovOnOff", availability.MarkovOnOff),
+        Target("Diurnal", availability.Diurnal),
+        Target("TraceAvailability", availability.TraceAvailability, {"path": availability_trace}),
         Target("Dirichlet", data.Dirichlet),
         Target("Shards", data.Shards),
         Target("QuantitySkew", data.QuantitySkew),

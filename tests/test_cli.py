@@ -44,6 +44,12 @@ def test_every_config_parses_and_instantiates(config, tmp_path):
                 assert getattr(hparams[key], name) == arg, f"{key}.{name}"
         else:
             assert hparams[key] == value, key  # every hyper-parameter reached the algorithm
+    for part in ("availability", "device_model"):  # e.g. on/off devices, replayed traces
+        if part in raw["trainer"]:
+            spec, obj = raw["trainer"][part], getattr(cli.trainer, part)
+            assert type(obj).__name__ == spec["class_path"].split(".")[-1], part
+            for name, arg in spec.get("init_args", {}).items():
+                assert getattr(obj, name) == arg, f"{part}.{name}"
 
 
 def test_an_ablation_class_keeps_the_shared_hyper_parameters(tmp_path):

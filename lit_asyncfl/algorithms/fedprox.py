@@ -13,14 +13,17 @@ class FedProx(FedAvg):
     Args:
         mu: Proximal coefficient :math:`\mu \ge 0` (``mu=0`` is FedAvg).
         clients_per_round: Fraction or count of clients per round.
+        round_deadline: Longest round in virtual seconds (see :class:`~lit_asyncfl.algorithms.FedAvg`).
 
     Example:
         >>> FedProx(mu=0.1).client_callbacks[0].mu
         0.1
     """
 
-    def __init__(self, mu: float = 0.01, clients_per_round: int | float = 0.1) -> None:
+    def __init__(
+        self, mu: float = 0.01, clients_per_round: int | float = 0.1, round_deadline: float | None = None
+    ) -> None:
         hparams = hyperparameters(locals())
-        super().__init__(clients_per_round=clients_per_round)
+        super().__init__(clients_per_round=clients_per_round, round_deadline=round_deadline)
         self.client_callbacks = [ProximalTerm(mu)]
         self.hparams = hparams

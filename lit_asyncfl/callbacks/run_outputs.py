@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lit_asyncfl.callbacks.base import Callback
-from lit_asyncfl.reporting import format_summary, plot_history, plot_partition, write_history_csv, write_partition_csv
+from lit_asyncfl.reporting import (
+    format_summary,
+    plot_availability,
+    plot_history,
+    plot_partition,
+    write_history_csv,
+    write_partition_csv,
+)
 
 if TYPE_CHECKING:
     from lit_asyncfl.trainer import FederatedTrainer
@@ -18,8 +25,9 @@ log = logging.getLogger("lit_asyncfl")
 
 class RunOutputs(Callback):
     """Writes ``history.csv``, ``summary.json``, ``accuracy.png`` (the monitored metric and the loss against
-    virtual time), ``config.yaml`` (CLI runs), ``partition.csv`` and ``partition.png`` (label-partitioned data)
-    into the log dir at the end of the run, and prints the summary table. Every trainer has one.
+    virtual time), ``config.yaml`` (CLI runs), ``partition.csv`` and ``partition.png`` (label-partitioned data),
+    ``availability.png`` (devices online over virtual time, when devices come and go) into the log dir at the end
+    of the run, and prints the summary table. Every trainer has one.
 
     Args:
         print_summary: Print the summary table and where the outputs are.
@@ -53,10 +61,12 @@ class RunOutputs(Callback):
         if any(r.get("accuracy") is not None for r in trainer.history):
             metric = trainer.summary.get("monitor") or "accuracy"
             plot_history(trainer.history, out / "accuracy.png", trainer.algorithm.name, trainer.target_accuracy, metric)
+        sim = trainer.simulator
+        if sim is not None and not sim.availability.always_online:
+            plot_availability(sim.availability, sim.now, out / "availability.png", trainer.algorithm.name)
         dm = trainer.datamodule
         counts = getattr(dm, "partition_counts", None)
         if counts is not None:
-            sim = trainer.simulator
             slowness = sim.profiles.time_per_sample if sim is not None else None
             write_partition_csv(counts, out / "partition.csv", slowness)
             plot_partition(counts, out / "partition.png", f"{type(dm).__name__}: {dm.partitioner!r}")

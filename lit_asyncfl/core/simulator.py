@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lit_asyncfl.availability import AlwaysAvailable, Availability
 from lit_asyncfl.checks import check_choice
 from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.core.clock import Event, EventQueue
@@ -25,6 +27,10 @@ log = logging.getLogger("lit_asyncfl")
 
 #: What an exception in a client job does (see :class:`Simulator`).
 ON_CLIENT_ERROR = ("raise", "drop")
+#: The events that belong to one job (removed with it when it is cancelled or dropped).
+JOB_EVENTS = ("arrival", "request", "drop")
+#: Salt of the per-job crash draws (a stream keyed by the job: drawing never shifts the simulator's own stream).
+CRASH_STREAM = 0xC4A54
 
 
 class ClientJobError(RuntimeError):
@@ -96,6 +102,10 @@ class Simulator:
             is applied, so a checkpoint then resumes exactly); ``"drop"`` drops the job (counted in
             :attr:`dropped` under ``"client_error"``, its device idle again, the scheduler told through
             ``on_drop``) and the run goes on.
+        availability: When each device is online (default: :class:`~lit_asyncfl.availability.AlwaysAvailable`).
+            Only online idle devices are dispatched; a job whose device goes offline (or crashes) before its update
+            arrives is dropped at that moment (:meth:`drop`, reason ``"offline"`` or ``"crash"``). A scheduler left
+            short of online devices is woken through ``on_online`` when one comes back.
     """
 
     def __init__(
@@ -115,8 +125,11 @@ class Simulator:
         evaluator: Callable[[], dict[str, Any]] | None = None,
         observers: Sequence[SimulationObserver] = (),
         on_client_error: str = "raise",
+        availability: Availability | None = None,
     ) -> None:
         check_choice("on_client_error", on_client_error, ON_CLIENT_ERROR)
+        self.availability = availability if availability is not None else AlwaysAvailable()
+        self.availability.setup(len(num_samples), seed)
         self.on_client_error = on_client_error
         self.server = server
         self.scheduler = scheduler
@@ -151,6 +164,9 @@ class Simulator:
         self.observers = list(observers)
         #: Whether an event is being processed (the state is consistent, e.g. for a checkpoint, only between events).
         self.in_event = False
+        #: When the scheduler will be woken because an offline idle device comes back (``None``: no wake pending).
+        self.wake_at: float | None = None
+        self._wakes = type(scheduler).on_online is not Scheduler.on_online  # only a scheduler that listens
 
     # -- time and state seen by schedulers -------------------------------------------------------------------------
     @property
@@ -163,14 +179,40 @@ class Simulator:
         """Number of clients currently training."""
         return len(self.in_flight)
 
+    def idle_online(self) -> np.ndarray:
+        """The clients that are idle and online now (ascending)."""
+        return np.flatnonzero(~self.busy & self.availability.online(self.now))
+
     def sample_idle(self, k: int) -> np.ndarray:
-        """Up to ``k`` distinct idle clients drawn uniformly at random."""
+        """Up to ``k`` distinct idle online clients drawn uniformly at random.
+
+        When fewer than ``k`` are online and idle devices are offline, the scheduler is woken (``on_online``) when
+        the first of them comes back.
+        """
         if k <= 0:
             return np.empty(0, dtype=np.int64)
-        idle = np.flatnonzero(~self.busy)
+        idle = self.idle_online()
+        if len(idle) < k:
+            self.wake_when_online()
         if len(idle) <= k:
             return idle
         return np.sort(self.rng.choice(idle, size=k, replace=False))
+
+    def wake_when_online(self) -> None:
+        """Call the scheduler's ``on_online`` when the first idle device now offline comes back online (once; an
+        earlier pending wake-up stands)."""
+        if not self._wakes:
+            return
+        offline = np.flatnonzero(~self.busy & ~self.availability.online(self.now))
+        if len(offline) == 0:
+            return
+        time = self.availability.next_online(offline, self.now)
+        if math.isinf(time) or (self.wake_at is not None and self.wake_at <= time):
+            return
+        if self.wake_at is not None:
+            self.queue.remove(lambda e: e.kind == "online")
+        self.wake_at = time
+        self.queue.push(time, "online")
 
     def schedule(self, time: float, kind: str, **data: Any) -> Event:
         """Put a scheduler event on the clock."""
@@ -187,6 +229,8 @@ class Simulator:
         client = int(client)
         if self.busy[client]:
             raise RuntimeError(f"client {client} is already training")
+        if not self.availability.is_online(client, self.now):
+            raise RuntimeError(f"client {client} is offline at virtual time {self.now}")
         job_id = self.next_job_id
         self.next_job_id += 1
         n = int(self.num_samples[client])
@@ -213,6 +257,7 @@ class Simulator:
             job.request_fraction = samples_before_step(n, self.batch_size, step, self.drop_last) / work
         else:
             job.arrival_time = self.now + timing.total
+        self._plan_drop(job)
         self.busy[client] = True
         self.in_flight[job_id] = job
         self._hold_snapshot(job.base_version, self.server.weights)
@@ -222,7 +267,25 @@ class Simulator:
             self.queue.push(job.request_time, "request", job_id=job_id)
         else:
             self.queue.push(job.arrival_time, "arrival", job_id=job_id)
+        self._schedule_drop(job, job.request_time if steps else job.arrival_time)
         return job
+
+    def _plan_drop(self, job: ClientJob) -> None:
+        """When the job will be lost, if at all: its device goes offline, or it crashes (at a point drawn uniformly
+        over its duration, from a stream keyed by the job)."""
+        offline = self.availability.next_offline(job.client, self.now)
+        if offline < math.inf:
+            job.drop_time, job.drop_reason = offline, "offline"
+        if self.availability.crash_probability > 0:
+            coin, where = np.random.default_rng([self.seed, CRASH_STREAM, job.job_id]).random(2)
+            crash = self.now + float(where) * job.timing.total
+            if float(coin) < self.availability.crash_probability and crash < job.drop_time:
+                job.drop_time, job.drop_reason = crash, "crash"
+
+    def _schedule_drop(self, job: ClientJob, before: float) -> None:
+        """Put the job's loss on the clock if it happens before ``before`` (its request or its arrival)."""
+        if job.drop_time < before:
+            self.queue.push(job.drop_time, "drop", job_id=job.job_id)
 
     def cancel(self, job_id: int) -> ClientJob:
         """Abandon a job (e.g. ASFL's deprecated devices): in flight, its arrival never happens and its client is
@@ -232,7 +295,7 @@ class Simulator:
             self.cancelled += 1
             return job
         job = self.in_flight.pop(job_id)
-        self.queue.remove(lambda e: e.kind in ("arrival", "request") and e.data.get("job_id") == job_id)
+        self.queue.remove(lambda e: e.kind in JOB_EVENTS and e.data.get("job_id") == job_id)
         self.ready.pop(job_id, None)
         self.executor.cancel(job_id)
         self.busy[job.client] = False
@@ -346,6 +409,12 @@ class Simulator:
             self._serve()
         elif event.kind == "resume":
             self._serve()
+        elif event.kind == "drop":
+            job = self.in_flight[event.data["job_id"]]
+            self.drop(job.job_id, job.drop_reason)
+        elif event.kind == "online":
+            self.wake_at = None
+            self.scheduler.on_online(self)
         else:
             self.scheduler.on_event(self, event)
 
@@ -370,6 +439,7 @@ class Simulator:
         remaining = job.timing.compute * (1.0 - job.request_fraction)
         job.arrival_time = self.now + extra_download + remaining + job.timing.upload
         self.queue.push(job.arrival_time, "arrival", job_id=job_id)
+        self._schedule_drop(job, job.arrival_time)  # (a drop before the request has happened already)
 
     def _job_result(self, job: ClientJob, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate | None:
         """The job's update from the executor; on an exception in the job, raise :class:`ClientJobError` or (with
@@ -393,7 +463,7 @@ class Simulator:
         under ``reason``, its device idle again, its start model released; client callbacks' ``on_job_dropped``
         and the scheduler's ``on_drop`` are told. Counts towards the stalled arrivals (no progress)."""
         job = self.in_flight.pop(job_id)
-        self.queue.remove(lambda e: e.kind in ("arrival", "request") and e.data.get("job_id") == job_id)
+        self.queue.remove(lambda e: e.kind in JOB_EVENTS and e.data.get("job_id") == job_id)
         self.ready.pop(job_id, None)
         self.executor.cancel(job_id)
         self.busy[job.client] = False
@@ -474,6 +544,7 @@ class Simulator:
             "stalled_arrivals": self.stalled_arrivals,
             "cancelled": self.cancelled,
             "dropped": dict(self.dropped),
+            "wake_at": self.wake_at,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -500,6 +571,7 @@ class Simulator:
         self.waiting = {u.job.job_id: (u.job, u) for u in waiting}
         self.server_busy_until = float(state["server_busy_until"])
         self.holding = bool(state.get("holding", False))
+        self.wake_at = None if state.get("wake_at") is None else float(state["wake_at"])
         for job_state in sorted(state["in_flight"], key=lambda s: s["job_id"]):
             job = ClientJob.from_state_dict(job_state)
             self.in_flight[job.job_id] = job

@@ -51,6 +51,9 @@ class ClientJob:
         request_fraction: Fraction of the compute time spent before the interaction.
         fresh_version: Version of the fresh model received at the interaction (``None``: none newer).
         arrival_time: Virtual time at which the update reaches the server (set by the simulator).
+        drop_time: Virtual time at which the job is lost before its update arrives (its device goes offline or
+            crashes; ``inf``: never), planned by the simulator at dispatch.
+        drop_reason: Why it is lost at ``drop_time`` (``"offline"`` or ``"crash"``; ``""``: it is not).
     """
 
     job_id: int
@@ -65,6 +68,8 @@ class ClientJob:
     request_fraction: float = 0.0
     fresh_version: int | None = None
     arrival_time: float = math.nan
+    drop_time: float = math.inf
+    drop_reason: str = ""
 
     @property
     def request_time(self) -> float:

@@ -60,6 +60,10 @@ class Scheduler:
         """
         self.on_update(sim, job, False)
 
+    def on_online(self, sim: Simulator) -> None:
+        """Idle devices that were offline when the scheduler last looked for some (``sim.sample_idle`` came back
+        short) are coming back online: e.g. refill. Only a scheduler that overrides this hook is woken."""
+
     def on_event(self, sim: Simulator, event: Event) -> None:
         """Handle an event this scheduler scheduled."""
 

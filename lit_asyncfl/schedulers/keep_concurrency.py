@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 class KeepConcurrency(Scheduler):
     """Start ``concurrency`` random clients; whenever an update has been processed, start a random idle client.
 
-    The client that just finished is idle again and may be drawn.
+    The client that just finished is idle again and may be drawn. Only online devices are drawn; when too few are
+    online, the missing ones are started as devices come back online.
 
     Args:
         concurrency: Number of clients training at once (``int``), or a fraction of all clients (``float`` in
@@ -41,6 +42,11 @@ class KeepConcurrency(Scheduler):
             sim.dispatch(client)
 
     def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
-        missing = self.count - sim.num_training
-        for client in sim.sample_idle(missing):
+        self._refill(sim)
+
+    def on_online(self, sim: Simulator) -> None:
+        self._refill(sim)
+
+    def _refill(self, sim: Simulator) -> None:
+        for client in sim.sample_idle(self.count - sim.num_training):
             sim.dispatch(client)

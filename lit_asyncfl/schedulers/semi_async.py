@@ -14,6 +14,11 @@ Round ``k`` (1..K) starts when round ``k-1`` ends:
 5. the new model is evaluated; the round's latency :math:`T^k = T_{dist}^k + r_{max}^k` and reward
    :math:`acc^k (T_{lim}^k / T^k)^\\vartheta` go to the controller and the loggers.
 
+With devices that come and go (:mod:`lit_asyncfl.availability`), only devices online at a round's start are
+selected or re-sent the model (a deprecated device that is offline does not restart); a dropped job counts towards
+the round's quota without an update, so the round closes with the updates that did arrive; when no device is
+online and nothing is in flight, the round starts when one comes back (the wait counts in its latency).
+
 After round ``K`` the run ends (in-flight work is dropped) and the summary reports the objective
 :math:`acc^K (T_{max} / \\sum_k T^k)^\\theta`. With ``deadline=True`` (SAFA) a round instead lasts until every device
 could have reported (:math:`T_{dist}^k + \\max_i (T^{cmp}_i + T^U_i)`); the first ``M_k`` arrivals are aggregated
@@ -142,6 +147,7 @@ class SemiAsyncRounds(Scheduler):
         self.total_reward = 0.0
         self.positions = np.zeros((0, 2))
         self.rng = np.random.default_rng(0)
+        self.deferred: tuple[list[float], float] | None = None  # (state, since): a round waiting for a device
 
     def on_fit_start(self, sim: Simulator) -> None:
         if not isinstance(sim.device_model, MobileEdgeDevices):
@@ -180,9 +186,17 @@ class SemiAsyncRounds(Scheduler):
         compute = sim.profiles.time_per_sample * sim.num_samples * sim.local_epochs
         return compute, np.array([upload_latency(size, float(b)) for b in bandwidth])
 
-    def _start_round(self, sim: Simulator, state: list[float]) -> None:
+    def _start_round(self, sim: Simulator, state: list[float], since: float | None = None) -> None:
+        online = sim.availability.online(sim.now)
+        syn = [c for c in self.deprecated if online[c]]  # a deprecated device that is offline does not restart
+        held = [update.client for _, update in sim.waiting.values()]  # arrived, counted in the coming round
+        candidates = np.setdiff1d(np.flatnonzero(~sim.busy & online), np.asarray([*syn, *held], dtype=np.int64))
+        if not len(candidates) and not syn and not sim.in_flight and not sim.waiting:  # nobody to run a round with
+            self.deferred = (state, sim.now if since is None else since)
+            sim.wake_when_online()
+            return
         self.round += 1
-        self.round_start = sim.now
+        self.round_start = sim.now if since is None else since
         self.state = state
         picked, tau = self.controller.act(state)
         net = sim.device_model
@@ -193,10 +207,7 @@ class SemiAsyncRounds(Scheduler):
         size = net.size_of(sim.model_bytes)
         compute, upload = self._latencies(sim, bandwidth, size)
         latency = compute + upload
-        syn, self.deprecated = self.deprecated, []
-        idle = np.flatnonzero(~sim.busy)
-        held = [update.client for _, update in sim.waiting.values()]  # arrived, counted in the coming round
-        candidates = np.setdiff1d(idle, np.asarray([*syn, *held], dtype=np.int64))
+        self.deprecated = []
         expected = latency + distribution_latency(self.count + len(syn), 0, size, net.server_bandwidth)
         chosen = self.selection.select(candidates, self.count, expected, self.limit, self.rng)
         self.dist_latency = distribution_latency(len(chosen), len(syn), size, net.server_bandwidth)
@@ -218,6 +229,11 @@ class SemiAsyncRounds(Scheduler):
 
     def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
         self._answered(sim, job, arrived=True)
+
+    def on_online(self, sim: Simulator) -> None:
+        if self.deferred is not None and not self.finished:
+            (state, since), self.deferred = self.deferred, None
+            self._start_round(sim, state, since)
 
     def on_drop(self, sim: Simulator, job: ClientJob, reason: str) -> None:
         """A dropped member counts towards the round's quota without an update: the round closes with the
@@ -342,6 +358,7 @@ class SemiAsyncRounds(Scheduler):
             "rng": self.rng.bit_generator.state,
             "selection": self.selection.state_dict(),
             "controller": self.controller.state_dict(),
+            "deferred": None if self.deferred is None else [list(self.deferred[0]), self.deferred[1]],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -360,3 +377,5 @@ class SemiAsyncRounds(Scheduler):
         self.rng.bit_generator.state = state["rng"]
         self.selection.load_state_dict(state["selection"])
         self.controller.load_state_dict(state.get("controller", {}))
+        deferred = state.get("deferred")
+        self.deferred = None if deferred is None else ([float(x) for x in deferred[0]], float(deferred[1]))
