@@ -142,6 +142,10 @@ def aggregate(results: dict[str, list[dict]], baseline: str | None) -> list[dict
                 # (only from runs that completed their rounds: a cut-short run's latency would flatter it)
                 "objective": [s["objective"] for s in summaries if s.get("objective") is not None],
                 "total_latency": [s["total_latency"] for s in summaries if s.get("objective") is not None],
+                # devices that come and go (lit_asyncfl.availability): how many were online, how many jobs were lost
+                "online": [s.get("mean_online_fraction", 1.0) for s in summaries],
+                "dropped": [s.get("updates_dropped", 0) for s in summaries],
+                "received": [s.get("updates_received", 0) for s in summaries],
             }
         )
     base = next((r for r in rows if r["method"] == baseline), None)
@@ -200,6 +204,22 @@ def markdown(rows: list[dict[str, Any]], plan: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['method']} | {mean_std(r['objective'])}{finished} | {mean_std(r['total_latency'], 0)} | "
                 f"{mean_std(r['final_accuracy'])} | {change} |"
+            )
+    if any((r["dropped"] and max(r["dropped"]) > 0) or (r["online"] and min(r["online"]) < 1) for r in rows):
+        lines += [
+            "",
+            "Devices that come and go: the mean fraction of devices online over the run, the client jobs lost (their "
+            "device went offline or crashed, or a round's deadline passed) and the updates that reached the server.",
+            "",
+            "| method | devices online | jobs dropped | updates received | dropped share |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for r in rows:
+            total = sum(r["dropped"]) + sum(r["received"])
+            share = f"{sum(r['dropped']) / total:.1%}" if total else "/"
+            lines.append(
+                f"| {r['method']} | {mean_std(r['online'], 2)} | {mean_std(r['dropped'], 0)} | "
+                f"{mean_std(r['received'], 0)} | {share} |"
             )
     return "\n".join(lines) + "\n"
 
