@@ -186,6 +186,10 @@ def load(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
     return checkpoint
 
 
+#: What a fingerprint written before one of its keys existed meant by its absence (today's default).
+FINGERPRINT_BEFORE_ITS_KEY: dict[str, Any] = {"availability": {"class": "AlwaysAvailable", "crash_probability": 0.0}}
+
+
 def run_entries(checkpoint: dict[str, Any], path: str | os.PathLike, fingerprint: dict[str, Any]) -> dict[str, Any]:
     """The federated run's entries of a *resumable* checkpoint (one with a simulation state) written by the
     configuration whose fingerprint is ``fingerprint`` (see :func:`~lit_asyncfl.hparams.run_fingerprint`).
@@ -206,7 +210,7 @@ def run_entries(checkpoint: dict[str, Any], path: str | os.PathLike, fingerprint
             f"{path} holds the global model of version {run.get('version')} but no simulation state (a best-model "
             "checkpoint written mid-event): it cannot resume a run; resume from a last.ckpt instead"
         )
-    theirs = run["fingerprint"]
+    theirs = {**FINGERPRINT_BEFORE_ITS_KEY, **run["fingerprint"]}
     diff = {k: (theirs.get(k), v) for k, v in fingerprint.items() if theirs.get(k) != v}
     if diff:
         details = "; ".join(f"{k}: checkpoint {a!r} vs trainer {b!r}" for k, (a, b) in diff.items())

@@ -623,9 +623,10 @@ def load_trace(path: str | os.PathLike[str], kind: str) -> AvailabilityTrace | C
     allowed = (*PLAIN_SUFFIXES, *PICKLE_SUFFIXES)
     if suffix not in allowed:
         fedscale = "client_behave_trace" if kind == "availability" else "client_device_capacity"
+        article = "an" if kind == "availability" else "a"
         raise ValueError(
-            f"path must be {'an' if kind == 'availability' else 'a'} {kind} trace ending in one of {list(allowed)} (FedScale's {fedscale}: give it the suffix "
-            f".pkl), got {str(path)!r}"
+            f"path must be {article} {kind} trace ending in one of {list(allowed)} (FedScale's {fedscale}: give it "
+            f"the suffix .pkl), got {str(path)!r}"
         )
     if not Path(path).is_file():
         raise ValueError(f"path must be an existing {kind} trace file, got {str(path)!r}")

@@ -385,3 +385,40 @@ def test_bad_availability_settings_are_refused_naming_the_value(make, message):
 def test_a_trainer_refuses_an_availability_that_is_not_one():
     with pytest.raises(ValueError, match="availability must be an Availability"):
         make_trainer("unused", FedAsync(), max_versions=1, availability="markov")
+
+
+def test_a_checkpoint_written_before_availability_existed_resumes_with_every_device_available(tmp_path):
+    first = make_trainer(tmp_path / "a", FedAsync(concurrency=2), max_versions=3)
+    first.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule())
+    path = next((tmp_path / "a").rglob("last.ckpt"))
+    checkpoint = torch.load(path, weights_only=True)
+    del checkpoint["lit_asyncfl"]["fingerprint"]["availability"]  # as an earlier version wrote it
+    checkpoint["lit_asyncfl"].pop("checksum", None)
+    from lit_asyncfl import checkpoint as ckpt
+
+    ckpt.save(checkpoint, path)
+    resumed = make_trainer(tmp_path / "b", FedAsync(concurrency=2), max_versions=6)
+    resumed.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule(), ckpt_path=str(path))
+    assert resumed.summary["versions"] == 6
+    other = make_trainer(tmp_path / "c", FedAsync(concurrency=2), max_versions=6, availability=Bernoulli(p=0.5))
+    with pytest.raises(ValueError, match=r"availability: checkpoint .*AlwaysAvailable"):
+        other.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule(), ckpt_path=str(path))
+
+
+def test_fedscale_behave_trace_drives_availability_with_its_wrap_around(tmp_path):
+    import pickle
+
+    # FedScale's layout: client id -> active/inactive interval bounds, wrapping around finish_time
+    trace = {
+        1: {"duration": 40, "inactive": [20, 70], "finish_time": 100, "active": [10, 50], "model": "phone"},
+        2: {"duration": 100, "inactive": [100], "finish_time": 100, "active": [0], "model": "laptop"},
+    }
+    path = tmp_path / "client_behave_trace.pkl"
+    path.write_bytes(pickle.dumps(trace))
+    a = TraceAvailability(str(path), time_scale=2.0)  # one trace second = two virtual seconds
+    a.setup(3, seed=0)  # client 2 replays the first device again
+    times = [0.0, 25.0, 45.0, 99.0, 145.0, 230.0]  # trace times 0, 12.5, 22.5, 49.5, 72.5, 115 (= 15 after a wrap)
+    assert [a.is_online(0, t) for t in times] == [False, True, False, False, False, True]
+    assert [a.is_online(2, t) for t in times] == [a.is_online(0, t) for t in times]
+    assert all(a.is_online(1, t) for t in [*times, 1e6])  # online over its whole period, period after period
+    assert a.online_fraction(2000.0) == pytest.approx((2 * (10 + 20) / 100 + 1.0) / 3)
