@@ -57,8 +57,8 @@ class RecordingSimulator(Simulator):
         self.log.append((self.now, "dispatch", job.job_id, job.client))
         return job
 
-    def drop(self, job_id, reason):
-        job = super().drop(job_id, reason)
+    def _lose(self, job_id, reason):  # every drop ends here
+        job = super()._lose(job_id, reason)
         self.log.append((self.now, f"drop:{reason}", job_id, job.client))
         return job
 
@@ -179,18 +179,18 @@ def test_a_trace_repeats_with_its_period_and_reads_touching_intervals_as_one(tmp
 
 def test_dropped_jobs_are_never_aggregated_and_every_job_is_accounted_for(tmp_path, monkeypatch):
     processed, dropped = [], []
-    original_process, original_drop = Simulator._process, Simulator.drop
+    original_process, original_lose = Simulator._process, Simulator._lose
 
     def process(self, job, update):
         processed.append(job.job_id)
         original_process(self, job, update)
 
-    def drop(self, job_id, reason):
+    def lose(self, job_id, reason):  # every drop ends here
         dropped.append(job_id)
-        return original_drop(self, job_id, reason)
+        return original_lose(self, job_id, reason)
 
     monkeypatch.setattr(Simulator, "_process", process)
-    monkeypatch.setattr(Simulator, "drop", drop)
+    monkeypatch.setattr(Simulator, "_lose", lose)
     trainer = make_trainer(
         tmp_path, FedBuff(concurrency=5, buffer_size=3), num_clients=20, max_versions=15,
         availability=MarkovOnOff(mean_on=200.0, mean_off=200.0, crash_probability=0.1),
@@ -422,3 +422,78 @@ def test_fedscale_behave_trace_drives_availability_with_its_wrap_around(tmp_path
     assert [a.is_online(2, t) for t in times] == [a.is_online(0, t) for t in times]
     assert all(a.is_online(1, t) for t in [*times, 1e6])  # online over its whole period, period after period
     assert a.online_fraction(2000.0) == pytest.approx((2 * (10 + 20) / 100 + 1.0) / 3)
+
+
+def test_a_fedasmu_job_lost_after_its_request_is_never_computed_and_teaches_nothing(tmp_path, monkeypatch):
+    from lit_asyncfl.algorithms import FedASMU
+    from lit_asyncfl.client.time_slots import TimeSlotSelector
+
+    rewarded, lost_after_request, original_reward, original_lose = [], [], TimeSlotSelector.reward, Simulator._lose
+
+    def reward(self, job_id, value):
+        rewarded.append(job_id)
+        return original_reward(self, job_id, value)
+
+    def lose(self, job_id, reason):
+        job = self.in_flight[job_id]
+        if job.request_step is not None and not math.isnan(job.arrival_time):  # its request has happened
+            lost_after_request.append(job_id)
+        return original_lose(self, job_id, reason)
+
+    monkeypatch.setattr(TimeSlotSelector, "reward", reward)
+    monkeypatch.setattr(Simulator, "_lose", lose)
+    trainer = make_trainer(
+        tmp_path, FedASMU(period=5.0, clients_per_trigger=4, max_parallel=0.5), num_clients=16, max_versions=40,
+        availability=MarkovOnOff(mean_on=60.0, mean_off=60.0),
+    )  # fmt: skip
+    trainer.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule())
+    assert lost_after_request and rewarded  # both happen in this run
+    assert not set(lost_after_request) & set(rewarded)  # a lost job never rewarded the shared slot policy
+
+
+def test_answers_do_not_depend_on_how_far_a_timeline_was_drawn_before(tmp_path):
+    trace = write_trace(tmp_path, [("a", 0, 4), ("b", 2, 9)])
+    path = tmp_path / "periodic.csv"
+    path.write_text("device,start,end,period\na,0,4,10\nb,0,10,10\nc,3,6,10\n")  # b: online the whole period
+    makers = [
+        lambda: MarkovOnOff(mean_on=5.0, mean_off=3.0, spread=0.5),
+        lambda: Bernoulli(p=0.4, slot=2.0),
+        lambda: Diurnal(mean=0.5, amplitude=0.3, day=40.0, slot=2.0),
+        lambda: TraceAvailability(trace),
+        lambda: TraceAvailability(str(path)),
+    ]
+    rng = np.random.default_rng(0)
+    for make in makers:
+        times = rng.uniform(0, 3000, size=60)
+        ahead = make()
+        ahead.setup(3, seed=7)
+        ahead.is_online(0, 9000.0), ahead.next_offline(1, 5000.0)  # draw some timelines far ahead first
+        answers = []
+        for model in (ahead, make()):
+            if model is not ahead:
+                model.setup(3, seed=7)
+            answers.append(
+                [
+                    (model.is_online(c, t), model.next_offline(c, t), model.next_online([c], t))
+                    for t in times
+                    for c in range(3)
+                ]
+            )
+        assert answers[0] == answers[1], repr(ahead)
+    periodic = TraceAvailability(str(path))
+    periodic.setup(3, seed=0)
+    assert periodic.next_offline(1, 0.0) == math.inf and periodic.online_fraction(1e4) == pytest.approx(
+        (0.4 + 1 + 0.3) / 3
+    )
+
+
+def test_models_that_never_switch_answer_at_once():
+    for model in (Bernoulli(p=1.0, slot=1.0), Diurnal(mean=1.0, amplitude=0.0, day=10.0, slot=1.0)):
+        model.setup(4, seed=0)
+        assert model.online(5.0).all() and model.next_online([0], 1e9) == 1e9 and model.online_fraction(1e9) == 1.0
+
+
+def test_a_scheduler_cannot_take_the_simulators_own_event_names():
+    sim = simulate(FedAsync(concurrency=1), AlwaysAvailable())
+    with pytest.raises(ValueError, match="event kind 'drop' is the simulator's own"):
+        sim.schedule(1.0, "drop", job_id=0)

@@ -18,6 +18,10 @@ import numpy as np
 
 from lit_asyncfl.checks import check_fraction
 
+#: How far, in first horizons of a model (:meth:`Availability._horizon`), the next switch of a device is searched for:
+#: a device that keeps its state that long (e.g. ``Bernoulli(p=0.999999)``) is taken to keep it for good. The limit is
+#: a time, not a number of tries, so the answer never depends on how far a timeline had been drawn before.
+SEARCH_HORIZONS = 1024
 #: Salt of the streams availability models draw from (never shared with the simulator's own streams).
 AVAILABILITY_STREAM = 0xA7A11
 _EMPTY = np.empty(0, dtype=np.float64)
@@ -52,7 +56,8 @@ class Availability:
         # cursor: the state of every device at time ``_cursor_time`` (a simulation only moves forward in time)
         self._cursor_time = -math.inf
         self._count = np.zeros(0, dtype=np.int64)  # switches at or before the cursor, per device
-        self._next = np.zeros(0)  # each device's first switch after the cursor
+        self._next = np.zeros(0)  # each device's first switch after the cursor (inf: none within the search)
+        self._due = np.zeros(0)  # when the cursor must look at a device again
 
     # -- what a subclass writes -------------------------------------------------------------------------------------
     def _setup(self, rng: np.random.Generator) -> None:
@@ -89,34 +94,41 @@ class Availability:
         self._covered = np.full(num_clients, -math.inf)
         self._cursor_time = -math.inf
         self._count = np.zeros(num_clients, dtype=np.int64)
-        self._next = np.full(num_clients, -math.inf)  # "a switch is due": the first cursor move reads the timeline
+        self._next = np.full(num_clients, math.inf)
+        self._due = np.full(num_clients, -math.inf)  # the first cursor move reads every timeline
 
     def device_rng(self, client: int) -> np.random.Generator:
         """The random stream of one device's timeline (a subclass draws its blocks from it, in order)."""
         return np.random.default_rng([self._seed, AVAILABILITY_STREAM, 1, int(client)])
 
     def _ensure(self, client: int, time: float) -> np.ndarray:
-        """Device ``client``'s switch times, complete over at least ``[0, time]``."""
+        """Device ``client``'s switch times, complete over at least ``[0, time]`` (those a subclass gives beyond its
+        ``covered`` time are left out: they may not be final)."""
         if self._covered[client] <= time:
             horizon = max(self._horizon(), 2.0 * max(float(self._covered[client]), 0.0), 2.0 * time)
             initial, switches, covered = self._timeline(client, horizon)
+            switches = np.asarray(switches, dtype=np.float64)
             self._initial[client] = initial
-            self._switches[client] = np.asarray(switches, dtype=np.float64)
+            self._switches[client] = switches[switches <= covered]
             self._covered[client] = covered
         return self._switches[client]
 
-    def _locate(self, client: int, time: float) -> tuple[int, float]:
-        """How many of the device's switches happen at or before ``time``, and when the next one happens."""
+    def _locate(self, client: int, time: float) -> tuple[int, float, float]:
+        """How many of the device's switches happen at or before ``time``; when the next one happens (``inf``: none
+        up to the search's end); and where the search ended (``max(time, SEARCH_HORIZONS first horizons)``). The
+        answers depend on the timeline and ``time`` only, never on how far the timeline had been drawn."""
         switches = self._ensure(client, time)
         count = int(np.searchsorted(switches, time, side="right"))
-        while count == len(switches) and self._covered[client] < math.inf:  # the next switch lies further out
-            switches = self._ensure(client, 2.0 * max(float(self._covered[client]), 1.0))
-        return count, float(switches[count]) if count < len(switches) else math.inf
+        end = max(SEARCH_HORIZONS * self._horizon(), time)
+        while count == len(switches) and self._covered[client] < end:  # the next switch lies further out
+            switches = self._ensure(client, min(2.0 * max(float(self._covered[client]), 1.0), end))
+        following = float(switches[count]) if count < len(switches) else math.inf
+        return count, following if following <= end else math.inf, end
 
     # -- the questions the simulator asks -------------------------------------------------------------------------
     def is_online(self, client: int, time: float) -> bool:
         """Whether device ``client`` is online at virtual ``time`` (states hold from a switch on: right-continuous)."""
-        count, _ = self._locate(client, time)
+        count = self._locate(client, time)[0]
         return bool(self._initial[client]) != bool(count % 2)
 
     def online(self, time: float) -> np.ndarray:
@@ -130,8 +142,10 @@ class Availability:
         """
         if time < self._cursor_time:  # a look back (a plot, a test): per device
             return np.array([self.is_online(c, time) for c in range(self._num_clients)], dtype=bool)
-        for client in np.flatnonzero(self._next <= time):
-            self._count[client], self._next[client] = self._locate(int(client), time)
+        for client in np.flatnonzero(self._due <= time):
+            count, following, end = self._locate(int(client), time)
+            self._count[client], self._next[client] = count, following
+            self._due[client] = min(following, end)  # (no switch up to the search's end: look again from there)
         self._cursor_time = time
         return self._initial != (self._count % 2 == 1)
 

@@ -65,11 +65,11 @@ class MarkovOnOff(Availability):
         on, off = float(self._on[client]), float(self._off[client])
         rng = self.device_rng(client)
         initial = bool(rng.random() < on / (on + off))
-        means = np.array([on, off] if initial else [off, on])
+        means = np.tile([on, off] if initial else [off, on], DURATION_BLOCK // 2)  # alternating periods
         times: list[np.ndarray] = []
         end = 0.0
         while end <= until:
-            durations = rng.standard_exponential(DURATION_BLOCK) * np.resize(means, DURATION_BLOCK)
+            durations = rng.standard_exponential(DURATION_BLOCK) * means
             block = end + np.cumsum(durations)
             times.append(block)
             end = float(block[-1])

@@ -34,7 +34,13 @@ class SlotAvailability(Availability):
     def _horizon(self) -> float:
         return SLOT_BLOCK * self.slot
 
+    def always_online_device(self, client: int) -> bool:
+        """Whether device ``client`` is online in every slot (its probability is 1 throughout)."""
+        return False
+
     def _timeline(self, client: int, until: float) -> tuple[bool, np.ndarray, float]:
+        if self.always_online_device(client):
+            return True, np.empty(0), math.inf
         blocks = max(1, math.ceil(until / (SLOT_BLOCK * self.slot)))
         rng = self.device_rng(client)
         draws = np.concatenate([rng.random(SLOT_BLOCK) for _ in range(blocks)])
@@ -73,6 +79,9 @@ class Bernoulli(SlotAvailability):
 
     def probability(self, client: int, times: np.ndarray) -> np.ndarray:
         return np.full(len(times), self.p)
+
+    def always_online_device(self, client: int) -> bool:
+        return self.p == 1
 
 
 class Diurnal(SlotAvailability):
@@ -135,6 +144,9 @@ class Diurnal(SlotAvailability):
             if self.phase_spread
             else (np.zeros(self.num_clients))
         )
+
+    def always_online_device(self, client: int) -> bool:
+        return self.mean == 1  # (then the amplitude is 0)
 
     def probability(self, client: int, times: np.ndarray) -> np.ndarray:
         angle = 2.0 * np.pi * (np.asarray(times) / self.day + self._phase[client])

@@ -56,6 +56,8 @@ class TraceAvailability(Availability):
         intervals, period = self._intervals[device], float(self._period[device])
         if len(intervals) == 0:
             return False, np.empty(0), math.inf
+        if len(intervals) == 1 and intervals[0, 0] <= 0 and intervals[0, 1] >= period:  # online all along
+            return True, np.empty(0), math.inf
         if math.isinf(period):
             repeats, covered = 1, math.inf
         else:

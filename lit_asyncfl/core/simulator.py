@@ -29,6 +29,8 @@ log = logging.getLogger("lit_asyncfl")
 ON_CLIENT_ERROR = ("raise", "drop")
 #: The events that belong to one job (removed with it when it is cancelled or dropped).
 JOB_EVENTS = ("arrival", "request", "drop")
+#: The event kinds the simulator handles itself (a scheduler's events must be named otherwise).
+SIMULATOR_EVENTS = (*JOB_EVENTS, "processed", "resume", "online")
 #: Salt of the per-job crash draws (a stream keyed by the job: drawing never shifts the simulator's own stream).
 CRASH_STREAM = 0xC4A54
 
@@ -215,7 +217,10 @@ class Simulator:
         self.queue.push(time, "online")
 
     def schedule(self, time: float, kind: str, **data: Any) -> Event:
-        """Put a scheduler event on the clock."""
+        """Put a scheduler event on the clock (handed to the scheduler's ``on_event``; the simulator's own kinds,
+        :data:`SIMULATOR_EVENTS`, are refused)."""
+        if kind in SIMULATOR_EVENTS:
+            raise ValueError(f"event kind {kind!r} is the simulator's own; allowed: any other, not {SIMULATOR_EVENTS}")
         return self.queue.push(time, kind, **data)
 
     def dispatch(self, client: int, timing: JobTiming | None = None) -> ClientJob:
@@ -262,17 +267,20 @@ class Simulator:
         self.in_flight[job_id] = job
         self._hold_snapshot(job.base_version, self.server.weights)
         self.server.stats.bytes_down += self.model_bytes
-        self.executor.submit(job, self.snapshots[job.base_version])
-        if steps:
+        if not self._will_train(job):  # lost before its request or arrival: only its loss is on the clock
+            self.queue.push(job.drop_time, "drop", job_id=job_id)
+        elif steps:
+            self.executor.submit(job, self.snapshots[job.base_version])
             self.queue.push(job.request_time, "request", job_id=job_id)
         else:
+            self.executor.submit(job, self.snapshots[job.base_version])
             self.queue.push(job.arrival_time, "arrival", job_id=job_id)
-        self._schedule_drop(job, job.request_time if steps else job.arrival_time)
         return job
 
     def _plan_drop(self, job: ClientJob) -> None:
         """When the job will be lost, if at all: its device goes offline, or it crashes (at a point drawn uniformly
-        over its duration, from a stream keyed by the job)."""
+        over its planned duration — download, compute, upload; not a mid-training request's extra download — from a
+        stream keyed by the job)."""
         offline = self.availability.next_offline(job.client, self.now)
         if offline < math.inf:
             job.drop_time, job.drop_reason = offline, "offline"
@@ -282,10 +290,13 @@ class Simulator:
             if float(coin) < self.availability.crash_probability and crash < job.drop_time:
                 job.drop_time, job.drop_reason = crash, "crash"
 
-    def _schedule_drop(self, job: ClientJob, before: float) -> None:
-        """Put the job's loss on the clock if it happens before ``before`` (its request or its arrival)."""
-        if job.drop_time < before:
-            self.queue.push(job.drop_time, "drop", job_id=job.job_id)
+    @staticmethod
+    def _will_train(job: ClientJob) -> bool:
+        """Whether the job reaches its next event (its request, or its arrival) before it is lost: only then is it
+        computed (a job lost earlier is never trained, so nothing learns from it)."""
+        if job.request_step is not None and math.isnan(job.arrival_time):  # before its request
+            return job.drop_time >= job.request_time
+        return job.drop_time >= job.arrival_time
 
     def cancel(self, job_id: int) -> ClientJob:
         """Abandon a job (e.g. ASFL's deprecated devices): in flight, its arrival never happens and its client is
@@ -411,7 +422,7 @@ class Simulator:
             self._serve()
         elif event.kind == "drop":
             job = self.in_flight[event.data["job_id"]]
-            self.drop(job.job_id, job.drop_reason)
+            self._lose(job.job_id, job.drop_reason)
         elif event.kind == "online":
             self.wake_at = None
             self.scheduler.on_online(self)
@@ -422,24 +433,30 @@ class Simulator:
         """A device asks for the global model current now; it gets it only if newer than its start model.
 
         The job is computed here, at the request's virtual time, because what the device learns from the merge
-        (e.g. FedASMU's reward) may update shared state that later dispatches read.
+        (e.g. FedASMU's reward) may update shared state that later dispatches read. A job that will be lost before
+        its update arrives is not computed: nothing learns from it.
         """
         job = self.in_flight[job_id]
         server = self.server
         newer = server.version > job.base_version
+        extra_download = job.timing.download if newer else 0.0
+        remaining = job.timing.compute * (1.0 - job.request_fraction)
+        arrival = self.now + extra_download + remaining + job.timing.upload
+        if job.drop_time < arrival:
+            job.arrival_time = arrival
+            self.executor.cancel(job_id)
+            self.queue.push(job.drop_time, "drop", job_id=job_id)
+            return
         fresh = (server.weights, server.version) if newer else None
         update = self._job_result(job, fresh)  # first: a failure leaves the state untouched
         if update is None:
             return
-        extra_download = job.timing.download if newer else 0.0
         if newer:
             job.fresh_version = server.version
             server.stats.bytes_down += self.model_bytes
         self.ready[job_id] = update
-        remaining = job.timing.compute * (1.0 - job.request_fraction)
-        job.arrival_time = self.now + extra_download + remaining + job.timing.upload
+        job.arrival_time = arrival
         self.queue.push(job.arrival_time, "arrival", job_id=job_id)
-        self._schedule_drop(job, job.arrival_time)  # (a drop before the request has happened already)
 
     def _job_result(self, job: ClientJob, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate | None:
         """The job's update from the executor; on an exception in the job, raise :class:`ClientJobError` or (with
@@ -462,8 +479,12 @@ class Simulator:
         """End an in-flight job without an update (its device failed or went away): counted in :attr:`dropped`
         under ``reason``, its device idle again, its start model released; client callbacks' ``on_job_dropped``
         and the scheduler's ``on_drop`` are told. Counts towards the stalled arrivals (no progress)."""
-        job = self.in_flight.pop(job_id)
         self.queue.remove(lambda e: e.kind in JOB_EVENTS and e.data.get("job_id") == job_id)
+        return self._lose(job_id, reason)
+
+    def _lose(self, job_id: int, reason: str) -> ClientJob:
+        """:meth:`drop` without looking for the job's events (at its own ``drop`` event, the only one it has)."""
+        job = self.in_flight.pop(job_id)
         self.ready.pop(job_id, None)
         self.executor.cancel(job_id)
         self.busy[job.client] = False
@@ -576,5 +597,5 @@ class Simulator:
             job = ClientJob.from_state_dict(job_state)
             self.in_flight[job.job_id] = job
             self._hold_snapshot(job.base_version, state["snapshots"][job.base_version])
-            if job.job_id not in self.ready:
+            if job.job_id not in self.ready and self._will_train(job):
                 self.executor.submit(job, self.snapshots[job.base_version])
