@@ -18,19 +18,17 @@ The last line is machine-readable: ``overhead_quickstart=<ratio> overhead_large=
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import tempfile
 import time
 
-import lightning as L
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from bench_scale import replicated_digits  # (scripts/ is on the path when a script runs)
 
 from lit_asyncfl import FederatedTrainer
 from lit_asyncfl.algorithms import FedAsync
 from lit_asyncfl.availability import AlwaysAvailable, MarkovOnOff
-from lit_asyncfl.data import DigitsDataModule, PartitionedDataModule
+from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.devices import UniformRatio
 from lit_asyncfl.models import LeNet5, LogisticRegression
 
@@ -39,24 +37,6 @@ SETTINGS = {
     "never offline": lambda: MarkovOnOff(mean_on=1e12, mean_off=1.0),  # online w.p. ~1 - 1e-12, for ~forever
     "half offline": lambda: MarkovOnOff(mean_on=400.0, mean_off=400.0),
 }
-
-
-def replicated_digits(n: int) -> PartitionedDataModule:
-    """The digits training set repeated to ``n`` samples (IID over the clients), validated on the digits."""
-    base = DigitsDataModule()
-    base.setup("fit")
-    x, y = base.train_set.tensors
-    copies = math.ceil(n / len(y))
-    x_all, y_all = x.repeat(copies, 1, 1, 1)[:n].clone(), y.repeat(copies)[:n].clone()
-
-    class Replicated(L.LightningDataModule):
-        def train_dataloader(self) -> DataLoader:
-            return DataLoader(TensorDataset(x_all, y_all), batch_size=10)
-
-        def val_dataloader(self) -> DataLoader:
-            return base.val_dataloader()
-
-    return PartitionedDataModule(Replicated(), partition="iid")
 
 
 def one_run(setting: str, clients: int, virtual_time: float, large: bool) -> tuple[float, int, int, torch.Tensor]:
@@ -75,7 +55,7 @@ def one_run(setting: str, clients: int, virtual_time: float, large: bool) -> tup
         default_root_dir=tempfile.mkdtemp(),
     )
     if large:
-        model, data = LogisticRegression(input_dim=64), replicated_digits(clients * 18)
+        model, data = LogisticRegression(input_dim=64), replicated_digits(clients * 18)[0]
     else:
         model, data = LeNet5(input_size=8, lr=0.05), DigitsDataModule(partition="dirichlet", alpha=0.5, batch_size=10)
     start = time.perf_counter()

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 
 def _rss_mb() -> float:
@@ -31,20 +32,17 @@ def _rss_mb() -> float:
     return float("nan")
 
 
-def child(num_clients: int, samples: int, versions: int, concurrency: int, engine: str) -> dict[str, float]:
-    """One run in this process; returns its measurements."""
+def replicated_digits(n: int) -> tuple[Any, Any, Any]:
+    """The digits training set repeated to ``n`` samples, as a data module split IID over the clients (validated
+    on the digits), with its inputs and labels."""
     import lightning as L
     from torch.utils.data import DataLoader, TensorDataset
 
-    from lit_asyncfl import FederatedTrainer
-    from lit_asyncfl.algorithms import FedAsync
     from lit_asyncfl.data import DigitsDataModule, PartitionedDataModule
-    from lit_asyncfl.models import LeNet5
 
     base = DigitsDataModule()
     base.setup("fit")
     x, y = base.train_set.tensors
-    n = num_clients * samples
     copies = math.ceil(n / len(y))
     x_all, y_all = x.repeat(copies, 1, 1, 1)[:n].clone(), y.repeat(copies)[:n].clone()
 
@@ -55,6 +53,16 @@ def child(num_clients: int, samples: int, versions: int, concurrency: int, engin
         def val_dataloader(self) -> DataLoader:
             return base.val_dataloader()
 
+    return PartitionedDataModule(Replicated(), partition="iid"), x_all, y_all
+
+
+def child(num_clients: int, samples: int, versions: int, concurrency: int, engine: str) -> dict[str, float]:
+    """One run in this process; returns its measurements."""
+    from lit_asyncfl import FederatedTrainer
+    from lit_asyncfl.algorithms import FedAsync
+    from lit_asyncfl.models import LeNet5
+
+    datamodule, x_all, y_all = replicated_digits(num_clients * samples)
     data_mb = (x_all.nbytes + y_all.nbytes) / 2**20
     rss_before = _rss_mb()
     with tempfile.TemporaryDirectory() as root:
@@ -70,7 +78,7 @@ def child(num_clients: int, samples: int, versions: int, concurrency: int, engin
             engine=engine,
         )
         t0 = time.perf_counter()
-        trainer.fit(LeNet5(), datamodule=PartitionedDataModule(Replicated(), partition="iid"))
+        trainer.fit(LeNet5(), datamodule=datamodule)
         wall = time.perf_counter() - t0
     return {
         "clients": num_clients,
