@@ -12,7 +12,6 @@ device was online (:meth:`~Availability.online_time`, for the summary).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
@@ -206,10 +205,6 @@ class Availability:
         """Whether every device is online at all times and no job crashes (today's behaviour, nothing to report)."""
         return False
 
-    def state_dict(self) -> dict[str, Any]:
-        """Nothing: a timeline is a function of the seed and the arguments (the run's fingerprint holds those)."""
-        return {}
-
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({args})"
@@ -232,8 +227,13 @@ class AlwaysAvailable(Availability):
     def always_online(self) -> bool:
         return self.crash_probability == 0
 
+    def setup(self, num_clients: int, seed: int) -> None:
+        super().setup(num_clients, seed)
+        self._everyone = np.ones(num_clients, dtype=bool)
+        self._everyone.flags.writeable = False  # one array for every question (the simulator asks per dispatch)
+
     def online(self, time: float) -> np.ndarray:
-        return np.ones(self._num_clients, dtype=bool)
+        return self._everyone
 
     def next_offline(self, client: int, time: float) -> float:
         return math.inf

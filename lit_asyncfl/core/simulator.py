@@ -194,7 +194,7 @@ class Simulator:
         if k <= 0:
             return np.empty(0, dtype=np.int64)
         idle = self.idle_online()
-        if len(idle) < k:
+        if len(idle) < k and len(idle) < self.num_clients - self.num_training:  # idle devices are offline
             self.wake_when_online()
         if len(idle) <= k:
             return idle
