@@ -1,7 +1,10 @@
 """What the Ray executor buys: updates per wall second, sequential vs Ray workers, with identical final weights.
 
-Two whole runs, each with the sequential executor and with ``RayExecutor(num_workers=--workers)``, measured in the
-same process one after the other:
+Two whole runs, each with the sequential executor and with Ray, measured in the same process one after the other.
+Ray trains with ``--workers`` parallel trainers in two ways: ``--workers - 1`` workers plus the simulation's own
+process (``train_locally=True``: on a machine whose cores the workers share with it, it keeps every core training
+without oversubscribing them; the last line reports this one), and ``--workers`` workers (plus the simulation's
+process, which then shares their cores). The workloads:
 
 * ``heavy``: a compute-heavy offline workload — ``SimpleCNN`` (FedASMU's CNN) on CIFAR-shaped tensors generated here
   (3x32x32, 10 classes, each class a noisy pattern of its own), split over 20 clients by Dirichlet(0.5) label skew
@@ -18,7 +21,7 @@ reported apart (``ray_start_seconds``). The timed Ray run's wall time includes e
     python scripts/bench_parallel.py --gpus-per-worker 0.5  # GPU workers (needs CUDA), two per GPU
 
 The last line is machine-readable: ``speedup=<heavy Ray / sequential updates per second> weights identical`` (or
-``weights differ``).
+``weights differ``), for the first Ray configuration (``train_locally``; with GPU workers, the other one).
 """
 
 from __future__ import annotations
@@ -190,7 +193,8 @@ def machine_scaling(processes: int, steps: int = 400) -> float:
 
 
 def fit(name: str, versions: int, executor: Any) -> tuple[float, int, torch.Tensor, float]:
-    """One run: wall seconds, client updates received, final weights, seconds the Ray workers spent training."""
+    """One run: wall seconds, client updates received, final weights, seconds spent training jobs by the Ray workers
+    and (``train_locally``) by this process."""
     spec = workload(name)
     settings = {**spec["trainer"], "algorithm": spec["trainer"]["algorithm"]()}
     trainer = FederatedTrainer(
@@ -202,14 +206,19 @@ def fit(name: str, versions: int, executor: Any) -> tuple[float, int, torch.Tens
     trainer.fit(model, spec["data"]())
     wall = time.perf_counter() - start
     weights = torch.cat([p.detach().flatten() for p in model.state_dict().values() if p.is_floating_point()])
-    worker_seconds = trainer.summary.get("executor", {}).get("worker_seconds", 0.0)
-    return wall, trainer.summary["updates_received"], weights, worker_seconds
+    stats = trainer.summary.get("executor", {})
+    return (
+        wall,
+        trainer.summary["updates_received"],
+        weights,
+        stats.get("worker_seconds", 0.0) + stats.get("local_seconds", 0.0),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", choices=("heavy", "digits", "both"), default="both")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2, help="parallel trainers (the cores to use)")
     parser.add_argument(
         "--versions", type=int, default=400, help="global versions of the heavy run (its fixed costs, evaluations and "
         "plots, are paid once a run in this process: a short run measures them more than the executor)",
@@ -219,13 +228,21 @@ def main() -> None:
     args = parser.parse_args()
     import ray
 
-    def executor() -> RayExecutor:
-        return RayExecutor(num_workers=args.workers, num_gpus_per_worker=args.gpus_per_worker)
-
+    configurations = {  # (what is printed, the executor); the first is the one the last line reports
+        f"Ray with {args.workers - 1} worker(s) + this process (train_locally)": lambda: RayExecutor(
+            num_workers=args.workers - 1, num_gpus_per_worker=args.gpus_per_worker, train_locally=True
+        ),
+        f"Ray with {args.workers} workers": lambda: RayExecutor(
+            num_workers=args.workers, num_gpus_per_worker=args.gpus_per_worker
+        ),
+    }
+    if args.workers < 2 or args.gpus_per_worker > 0:  # (this process trains on the CPU: not with GPU workers)
+        del configurations[next(iter(configurations))]
     start = time.perf_counter()
     ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
-    fit("digits", 5, executor())  # starts the workers (they import torch and Lightning) and keeps them
-    print(f"ray_start_seconds={time.perf_counter() - start:.1f} (Ray and {args.workers} workers, once per process)")
+    for executor in configurations.values():  # starts the workers (they import torch and Lightning), kept
+        fit("digits", 5, executor())
+    print(f"ray_start_seconds={time.perf_counter() - start:.1f} (Ray and its workers, once per process)")
     names = ("heavy", "digits") if args.workload == "both" else (args.workload,)
     results = {}
     for name in names:
@@ -234,19 +251,22 @@ def main() -> None:
             seq_wall, seq_updates, seq_weights, _ = fit(name, versions, "sequential")
         traced = sum(seconds for call, *_, seconds in trace.calls if call in ("driver", "result"))
         limit = seq_wall / (seq_wall - traced + ideal_wall(trace, args.workers, 4 * args.workers))
-        ray_wall, ray_updates, ray_weights, worker_seconds = fit(name, versions, executor())
-        identical = torch.equal(seq_weights, ray_weights) and seq_updates == ray_updates
-        seq_rate, ray_rate = seq_updates / seq_wall, ray_updates / ray_wall
-        results[name] = (ray_rate / seq_rate, identical)
+        seq_rate = seq_updates / seq_wall
         print(
-            f"{name}: {seq_updates} updates; sequential {seq_wall:.1f}s ({seq_rate:.1f} updates/s), Ray with "
-            f"{args.workers} workers {ray_wall:.1f}s ({ray_rate:.1f} updates/s): {ray_rate / seq_rate:.2f}x, "
-            f"weights {'identical' if identical else 'DIFFER'}; "
-            f"workers busy {worker_seconds / (ray_wall * args.workers):.0%}"
-            f" of the Ray run, {worker_seconds / max(ray_updates, 1) * 1e3:.1f} ms of worker time per update vs"
-            f" {seq_wall / max(seq_updates, 1) * 1e3:.1f} ms of wall time per update sequentially; this run's own"
-            f" limit with {args.workers} perfect workers {limit:.2f}x"
+            f"{name}: {seq_updates} updates; sequential {seq_wall:.1f}s ({seq_rate:.1f} updates/s, "
+            f"{seq_wall / max(seq_updates, 1) * 1e3:.1f} ms of wall time per update); this run's own limit with "
+            f"{args.workers} perfect trainers {limit:.2f}x"
         )
+        for label, executor in configurations.items():
+            ray_wall, ray_updates, ray_weights, trained = fit(name, versions, executor())
+            identical = torch.equal(seq_weights, ray_weights) and seq_updates == ray_updates
+            ray_rate = ray_updates / ray_wall
+            results.setdefault(name, (ray_rate / seq_rate, identical))
+            print(
+                f"  {label}: {ray_wall:.1f}s ({ray_rate:.1f} updates/s): {ray_rate / seq_rate:.2f}x, weights "
+                f"{'identical' if identical else 'DIFFER'}; trainers busy {trained / (ray_wall * args.workers):.0%} "
+                f"of the run, {trained / max(ray_updates, 1) * 1e3:.1f} ms of training per update"
+            )
     release_workers()
     ray.shutdown()
     if "heavy" in names:

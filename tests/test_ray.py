@@ -19,7 +19,7 @@ from conftest import global_weights, make_trainer  # noqa: E402
 
 from lit_asyncfl.algorithms import ASFL, get_algorithm  # noqa: E402
 from lit_asyncfl.callbacks import Callback  # noqa: E402
-from lit_asyncfl.client.ray_executor import RayExecutor  # noqa: E402
+from lit_asyncfl.client.ray_executor import RayExecutor, _Wire  # noqa: E402
 from lit_asyncfl.data import DigitsDataModule  # noqa: E402
 from lit_asyncfl.mobility import MobileEdgeDevices  # noqa: E402
 from lit_asyncfl.models import LeNet5  # noqa: E402
@@ -131,7 +131,7 @@ def test_at_most_max_ahead_results_wait_and_each_version_is_put_once(tmp_path, c
         ray.put = real_put
     stats = trainer.summary["executor"]
     assert stats["max_results_waiting"] <= 3 + 1  # the window, plus a job needed before the window had room
-    starts = [p for p in puts if isinstance(p, torch.Tensor)]
+    starts = [p.tensor() for p in puts if isinstance(p, _Wire)]  # (a start model travels as its bytes)
     assert len(starts) == len({(p.sum().item(), p.abs().sum().item()) for p in starts})  # no version put twice
     assert 1 < len(starts) <= trainer.summary["versions"] + 1 < stats["jobs_remote"]  # one put per version
 
@@ -265,3 +265,66 @@ def test_workers_train_with_this_process_default_dtype(tmp_path, cluster):
 
     sequential, on_ray = run("seq", None), run("ray", RayExecutor(num_workers=2))
     assert torch.equal(global_weights(on_ray), global_weights(sequential))  # (float32 workers' steps differ)
+
+
+class DrawAtEveryEvent(Callback):
+    """Draws from this process's global generators (torch, NumPy, Python) after every event, as user code may."""
+
+    def __init__(self):
+        self.draws = []
+
+    def on_event_end(self, trainer):
+        import random
+
+        import numpy as np
+
+        self.draws.append((torch.rand(1).item(), np.random.rand(), random.random()))
+
+
+@pytest.mark.parametrize("algorithm", ["fedasync", "fedbuff"])
+def test_training_locally_gives_the_sequential_weights_and_leaves_this_process_generators(tmp_path, cluster, algorithm):
+    sequential = fit(tmp_path / "seq", algorithm, num_clients=40, max_versions=20)
+    draws = {}
+    for name, executor in [("workers", RayExecutor(num_workers=2)), ("local", RayExecutor(1, train_locally=True))]:
+        watch = DrawAtEveryEvent()
+        on_ray = fit(tmp_path / name, algorithm, executor, num_clients=40, max_versions=20, callbacks=[watch])
+        assert torch.equal(global_weights(on_ray), global_weights(sequential))
+        draws[name] = watch.draws
+    stats = on_ray.summary["executor"]
+    assert stats["jobs_trained_locally"] > 0 and stats["jobs_remote"] > 0 and stats["local_seconds"] > 0
+    assert stats["jobs_trained_locally"] + stats["jobs_remote"] >= on_ray.summary["updates_received"]
+    # a job seeds the generators it trains with: here they are restored, so user code drawing from them in this
+    # process sees what it sees when every job trains on a worker, whenever the jobs trained here ran
+    assert len(draws["local"]) > 10 and draws["local"] == draws["workers"]
+
+
+def test_training_locally_keeps_the_cohorts_and_their_results(tmp_path, cluster):
+    def cohort_run(name, executor):
+        return fit(tmp_path / name, "fedbuff", executor, engine="cohort", num_clients=40, max_versions=15)
+
+    on_workers = cohort_run("workers", RayExecutor(num_workers=2, cohort_size=4))
+    mixed = cohort_run("mixed", RayExecutor(num_workers=1, cohort_size=4, train_locally=True))
+    assert torch.equal(global_weights(mixed), global_weights(on_workers))
+    assert mixed.summary["executor"]["jobs_trained_locally"] > 0
+
+
+def test_a_tensor_travels_to_and_from_workers_bit_for_bit_in_every_dtype():
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64):
+        tensor = (torch.randn(2, 3, 5) * 1e3).to(dtype)
+        if dtype.is_floating_point:
+            tensor.view(-1)[:3] = torch.tensor([float("nan"), float("inf"), -0.0], dtype=dtype)
+        bits = tensor.reshape(-1).view(torch.uint8).clone()
+        wire = _Wire.of(tensor)
+        assert wire.data.dtype == "uint8" and wire.data.nbytes == tensor.numel() * tensor.element_size()
+        back = wire.tensor()
+        assert back.dtype == dtype and back.shape == tensor.shape
+        assert torch.equal(back.reshape(-1).view(torch.uint8), bits)  # the same bits (NaN, inf, -0.0 too)
+        wire.data[:] = 0  # (as the object store's buffer is reused) the received tensor is its own copy
+        assert torch.equal(back.reshape(-1).view(torch.uint8), bits)
+
+
+def test_training_locally_beside_gpu_workers_is_refused_on_a_cpu_run(tmp_path, cluster):
+    executor = RayExecutor(num_workers=1, num_gpus_per_worker=0.5, train_locally=True)
+    with pytest.raises(ValueError, match=r"train_locally=True trains jobs on this process's device \(cpu\) and the "
+                       r"workers train on cuda.*set train_locally=False"):  # fmt: skip
+        fit(tmp_path, "fedasync", executor)

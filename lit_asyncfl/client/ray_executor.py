@@ -13,12 +13,14 @@ import heapq
 import itertools
 import logging
 import math
+import random
 import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -111,15 +113,15 @@ class _Worker:
     def unload(self) -> None:
         self.trainer = None  # an idle worker keeps no run's model or data
 
-    def train(self, job: ClientJob, start: Tensor) -> tuple[ClientUpdate, float]:
+    def train(self, job: ClientJob, start: _Wire) -> tuple[tuple[ClientUpdate, _Wire], float]:
         began = time.perf_counter()
-        update = _portable(self.trainer.train(job, start, None))
+        update = _portable(self.trainer.train(job, start.tensor(), None))
         return update, time.perf_counter() - began
 
-    def train_many(self, jobs: list[ClientJob], *starts: Tensor) -> tuple[list[ClientUpdate], float]:
+    def train_many(self, jobs: list[ClientJob], *starts: _Wire) -> tuple[list[tuple[ClientUpdate, _Wire]], float]:
         # (the start models come as separate arguments: Ray resolves object references only at the top level)
         began = time.perf_counter()
-        updates = [_portable(u) for u in self.trainer.train_many(jobs, list(starts))]
+        updates = [_portable(u) for u in self.trainer.train_many(jobs, [s.tensor() for s in starts])]
         return updates, time.perf_counter() - began
 
     def where(self) -> tuple[str, int]:
@@ -158,11 +160,33 @@ def _apply_torch_settings(settings: dict[str, Any]) -> None:
     torch.backends.cudnn.allow_tf32 = settings["cudnn_allow_tf32"]
 
 
-def _portable(update: ClientUpdate) -> ClientUpdate:
-    """The update as it travels back: on the CPU, without the start weights (the driver holds them)."""
-    update.base_weights = None  # type: ignore[assignment]
-    update.weights = update.weights.cpu()
-    return update
+@dataclass
+class _Wire:
+    """A tensor as it travels between processes: its bytes as a numpy array, its dtype and shape.
+
+    Ray stores and reads numpy arrays without pickling them (out of band, read in place from the object store),
+    where a pickled tensor is written into Python bytes and read back through ``torch.load``: a global model and an
+    update of SimpleCNN's 300k parameters make a round trip in ~4 ms instead of ~9 ms (driver and worker CPU alike).
+    The bytes are the tensor's own, so every dtype (bfloat16 too) arrives bit for bit."""
+
+    data: np.ndarray
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+    @classmethod
+    def of(cls, tensor: Tensor) -> _Wire:
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        return cls(flat.view(torch.uint8).numpy(), flat.dtype, tuple(tensor.shape))
+
+    def tensor(self) -> Tensor:
+        """A tensor of its own (the array read from the object store is read-only and shared)."""
+        return torch.from_numpy(self.data.copy()).view(self.dtype).reshape(self.shape)
+
+
+def _portable(update: ClientUpdate) -> tuple[ClientUpdate, _Wire]:
+    """The update as it travels back: its weights on the wire, without the start weights (the driver holds them)."""
+    weights, update.weights, update.base_weights = update.weights, None, None  # type: ignore[assignment]
+    return update, _Wire.of(weights)
 
 
 @dataclass
@@ -173,7 +197,8 @@ class _Shipped:
     batch: list[int]  # the task's jobs (several with the cohort engine)
     key: float
     failures: int = 0
-    args: list[Any] | None = None  # the jobs and their start models' refs, until the task is received
+    jobs: list[ClientJob] | None = None  # the jobs and their start models, until the task is received
+    starts: list[Tensor] | None = None
     ref: Any = None
     worker: int = -1
     actor: Any = None
@@ -225,8 +250,9 @@ class RayExecutor:
         num_gpus_per_worker: GPUs each worker trains on (a fraction such as ``0.25`` packs four workers on one
             GPU); ``0``: CPU workers.
         max_ahead: At most this many shipped jobs wait to be consumed (the look-ahead; it bounds memory); ``None``:
-            ``4 * num_workers``. A job needed sooner is shipped even when the window is full; with the cohort
-            engine a whole cohort is shipped when the window has room, so up to ``max_ahead + cohort_size`` wait.
+            ``4 * num_workers`` (one more worker with ``train_locally``). A job needed sooner is shipped even when
+            the window is full; with the cohort engine a whole cohort is shipped when the window has room, so up to
+            ``max_ahead + cohort_size`` wait.
         num_threads: Intra-op threads of each worker; ``None``: the run's (``FederatedTrainer``'s
             ``num_threads``, whose default is one). Equal thread counts keep CPU results bit-identical.
         address: Ray cluster to join when Ray is not initialised yet (``"auto"``, ``"ray://head:10001"``);
@@ -234,6 +260,12 @@ class RayExecutor:
             with ``ray.init``).
         cohort_size: With ``engine="cohort"``: jobs per worker task (a cohort is shipped once this many jobs wait,
             or when one of them is needed).
+        train_locally: The simulation's process trains shipped jobs too while it waits for a result: the job due
+            next when no worker has it yet, else the earliest waiting one (results as on a worker: same engine,
+            seeds and thread count). Where the workers share this process's cores, ``num_workers`` one below the
+            cores plus ``train_locally=True`` keeps every core training without oversubscribing them (on 2 cores,
+            2 workers and this process share 2 cores, and each job trains ~20% slower than alone); on a cluster,
+            where this process has a core of its own, it adds one trainer.
         reuse_workers: Keep the workers alive after a run for the next run of this process (a sweep's runs, a
             test suite) instead of starting new ones (a worker takes seconds to start: it imports torch and
             Lightning); they hold their CPUs/GPUs until :func:`release_workers` or the process ends.
@@ -252,6 +284,7 @@ class RayExecutor:
         num_threads: int | None = None,
         address: str | None = None,
         cohort_size: int = 16,
+        train_locally: bool = False,
         reuse_workers: bool = True,
     ) -> None:
         check_int("num_workers", num_workers, 1, optional=True)
@@ -265,6 +298,7 @@ class RayExecutor:
         check_int("num_threads", num_threads, 1, optional=True)
         check_str("address", address, optional=True)
         check_int("cohort_size", cohort_size, 1)
+        check_bool("train_locally", train_locally)
         check_bool("reuse_workers", reuse_workers)
         self.num_workers = num_workers
         self.num_cpus_per_worker = num_cpus_per_worker
@@ -273,10 +307,13 @@ class RayExecutor:
         self.num_threads = num_threads
         self.address = address
         self.cohort_size = cohort_size
+        self.train_locally = train_locally
         self.reuse_workers = reuse_workers
-        #: What the last run's executor did: ``jobs_remote``, ``jobs_local``, ``jobs_recomputed``,
-        #: ``worker_restarts``, ``max_results_waiting`` and ``worker_seconds`` (the workers' time spent training,
-        #: summed; divided by wall time and workers it is their utilisation), reported in the run summary.
+        #: What the last run's executor did: ``jobs_remote`` (trained on workers), ``jobs_local`` (jobs that stay
+        #: in this process), ``jobs_trained_locally`` (shipped jobs this process trained, ``train_locally``),
+        #: ``jobs_recomputed``, ``worker_restarts``, ``max_results_waiting``, ``worker_seconds`` (the workers' time
+        #: spent training, summed; divided by wall time and workers it is their utilisation) and ``local_seconds``
+        #: (this process's, ``train_locally``), reported in the run summary.
         self.stats: dict[str, float] = {}
         self._ray: Any = None
         self._workers: list[Any] = []
@@ -319,6 +356,13 @@ class RayExecutor:
             else:
                 cpus = math.ceil(self.num_workers * max(self.num_cpus_per_worker, 1))
                 ray.init(num_cpus=max(cpus, 1), include_dashboard=False, log_to_driver=False)
+        worker_device = "cuda" if self.num_gpus_per_worker > 0 else "cpu"
+        if self.train_locally and torch.device(device).type != worker_device:
+            raise ValueError(
+                f"train_locally=True trains jobs on this process's device ({torch.device(device).type}) and the "
+                f"workers train on {worker_device}: the two would give different results; set train_locally=False, "
+                "or run on the workers' kind of device (accelerator='cuda' with num_gpus_per_worker > 0)"
+            )
         self._make_trainer, self._device, self._cohort = make_trainer, torch.device(device), cohort
         local = [type(cb).__name__ for cb in callbacks if not getattr(cb, "runs_on_workers", False)]
         self._ship_all = not local
@@ -329,9 +373,9 @@ class RayExecutor:
                 ", ".join(local),
             )
         n = self.num_workers or self._default_workers(ray)
-        self._worker_device = "cuda" if self.num_gpus_per_worker > 0 else "cpu"
+        self._worker_device = worker_device
         self._threads = self.num_threads or num_threads
-        self._window = self.max_ahead or 4 * n
+        self._window = self.max_ahead or 4 * (n + self.train_locally)
         self._trainer_ref = ray.put(make_trainer)  # the module and every client's data, shipped once
         self._actor = ray.remote(num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker)(_Worker)
         session = (ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id())
@@ -350,10 +394,12 @@ class RayExecutor:
         self._versions: dict[int, Any] = {}  # id(a snapshot) -> its object ref, while the snapshot lives
         self._busy = [0] * n  # tasks placed on each worker and not received
         self._order = itertools.count()
+        self._trained_here: set[int] = set()  # jobs this process trained (train_locally), until consumed
         self.stats = dict.fromkeys(
-            ("jobs_remote", "jobs_local", "jobs_recomputed", "worker_restarts", "max_results_waiting"), 0
-        )
-        self.stats["worker_seconds"] = 0.0
+            ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
+             "max_results_waiting"), 0,
+        )  # fmt: skip
+        self.stats["worker_seconds"] = self.stats["local_seconds"] = 0.0
         return self
 
     def _default_workers(self, ray: Any) -> int:
@@ -379,10 +425,13 @@ class RayExecutor:
         return worker
 
     def stop(self) -> None:
-        """The run is over: its workers wait for the next run (``reuse_workers``) or end; Ray keeps running."""
-        for ref in getattr(self, "_running", {}):  # results nobody will consume
-            self._try_cancel(ref)
-        self._shipped, self._done, self._queue, self._versions = {}, {}, [], {}
+        """The run is over: its workers wait for the next run (``reuse_workers``) or end; Ray keeps running.
+
+        Tasks still on the workers (at most :data:`TASKS_PER_WORKER` each) finish and their results are dropped:
+        Ray's ``ray.cancel`` of an actor task could leave the actor waiting 30 s for the cancelled task's sequence
+        number and then fail its next task (``ActorUnavailableError``, seen with Ray 2.60 in about one test run in
+        six), so no task is cancelled."""
+        self._shipped, self._done, self._queue, self._versions, self._trained_here = {}, {}, [], {}, set()
         self._waiting, self._running = [], {}
         self._pending, self._trainer_ref, self._make_trainer = {}, None, None  # nothing of the run stays alive
         if self._workers and self.reuse_workers:
@@ -412,14 +461,13 @@ class RayExecutor:
             self._fill()
 
     def cancel(self, job_id: int) -> None:
-        """Forget a job whose update will never be consumed (a shipped job's result is discarded)."""
+        """Forget a job whose update will never be consumed (a shipped job's result is discarded; a task already on
+        a worker finishes there, see :meth:`stop`)."""
         entry = self._pending.pop(job_id, None)
         shipped = self._shipped.pop(job_id, None)
         self._done.pop(job_id, None)
-        if shipped is not None:
-            if shipped.ref is not None and not self._live(shipped):  # no job of the task is wanted any more
-                self._try_cancel(shipped.ref)
-        elif entry is not None:
+        self._trained_here.discard(job_id)
+        if shipped is None and entry is not None:
             self._queue = [(t, k) for t, k in self._queue if k != job_id]
             heapq.heapify(self._queue)
         self._fill()
@@ -433,14 +481,16 @@ class RayExecutor:
                 del self._pending[job_id]
                 self.stats["jobs_local"] += 1
                 return update
-            self._ship([job_id])  # needed now: shipped even when the window is full
+            self._ship([job_id], place=not self.train_locally)  # needed now: shipped even when the window is full
         value = self._collect(job_id)
         if isinstance(value, _Failed):  # the job stays pending, as sequentially (asked again, it is shipped again)
             self._fill()
             raise value.error
         del self._pending[job_id]
         self._fill()
-        self.stats["jobs_remote"] += 1
+        here = job_id in self._trained_here
+        self._trained_here.discard(job_id)
+        self.stats["jobs_trained_locally" if here else "jobs_remote"] += 1
         update = value
         update.job = job  # the simulation's own job object
         update.base_weights = start
@@ -475,8 +525,9 @@ class RayExecutor:
                 room -= 1
         self._place()
 
-    def _ship(self, job_ids: list[int], failures: int = 0, popped: bool = False) -> None:
-        """Make jobs one task, to be placed on the next free worker (``popped``: already taken off the queue)."""
+    def _ship(self, job_ids: list[int], failures: int = 0, popped: bool = False, place: bool = True) -> None:
+        """Make jobs one task, to be placed on the next free worker (``popped``: already taken off the queue;
+        ``place=False``: not yet, as this process is about to train it)."""
         if self._cohort and len(job_ids) == 1 and self._queue and failures == 0:  # a needed job takes queued ones
             self._queue = [(t, k) for t, k in self._queue if k != job_ids[0]]
             heapq.heapify(self._queue)
@@ -486,13 +537,14 @@ class RayExecutor:
             self._queue = [(t, k) for t, k in self._queue if k not in job_ids]
             heapq.heapify(self._queue)
         jobs = [self._pending[k][0] for k in job_ids]
-        starts = [self._start_ref(self._pending[k][1]) for k in job_ids]
-        shipped = _Shipped(list(job_ids), min(job.arrival_time for job in jobs), failures, [jobs, *starts])
+        starts = [self._pending[k][1] for k in job_ids]
+        shipped = _Shipped(list(job_ids), min(job.arrival_time for job in jobs), failures, jobs, starts)
         for k in job_ids:
             self._shipped[k] = shipped
         heapq.heappush(self._waiting, (shipped.key, next(self._order), shipped))
         self.stats["max_results_waiting"] = max(self.stats["max_results_waiting"], len(self._shipped))
-        self._place()
+        if place:
+            self._place()
 
     def _place(self) -> None:
         """Put waiting tasks, earliest expected arrival first, on workers with fewer than TASKS_PER_WORKER tasks."""
@@ -503,8 +555,9 @@ class RayExecutor:
             shipped = heapq.heappop(self._waiting)[2]
             if not self._live(shipped):  # every job of it was cancelled before it left
                 continue
-            assert shipped.args is not None
-            jobs, *starts = shipped.args  # (a cohort trains whole, cancelled jobs too: its results stay the same)
+            assert shipped.jobs is not None and shipped.starts is not None
+            jobs = shipped.jobs  # (a cohort trains whole, cancelled jobs too: its results stay the same)
+            starts = [self._start_ref(start) for start in shipped.starts]
             actor = self._workers[worker]
             if self._cohort:
                 shipped.ref = actor.train_many.remote(jobs, *starts)
@@ -523,39 +576,75 @@ class RayExecutor:
         job starting from it is shipped, and dropped when the simulation lets go of the snapshot."""
         key = id(start)
         if key not in self._versions:
-            self._versions[key] = self._ray.put(start.detach().cpu())
+            self._versions[key] = self._ray.put(_Wire.of(start))
             weakref.finalize(start, self._versions.pop, key, None)
         return self._versions[key]
-
-    def _try_cancel(self, ref: Any) -> None:
-        try:
-            self._ray.cancel(ref)
-        except Exception:  # pragma: no cover (finished, or not cancellable: its result is simply discarded)
-            pass
 
     def _collect(self, job_id: int) -> ClientUpdate | _Failed:
         """Wait for a shipped job's result, receiving every other task that finishes meanwhile (its worker gets
         the next waiting task at once)."""
         ray = self._ray
         while job_id not in self._done:
+            shipped = self._shipped[job_id]
+            if self.train_locally and shipped.ref is None:  # no worker has the job due next: it trains here, now
+                self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
+                heapq.heapify(self._waiting)
+                self._train_here(shipped)
+                continue
             self._place()
-            finished, _ = ray.wait(list(self._running), num_returns=1)
+            finished, _ = ray.wait(list(self._running), num_returns=1, timeout=0 if self.train_locally else None)
+            if not finished and self._waiting:  # (train_locally) the workers are busy: the earliest waiting task
+                self._train_here(heapq.heappop(self._waiting)[2])
+                continue
+            if not finished:
+                finished, _ = ray.wait(list(self._running), num_returns=1)
             for ref in finished:
                 self._receive(self._running.pop(ref))
         del self._shipped[job_id]
         return self._done.pop(job_id)
+
+    def _train_here(self, shipped: _Shipped) -> None:
+        """Train a shipped task in this process (``train_locally``), as a worker would: with the workers' thread
+        count, leaving this process's random generators as they were (a job seeds them; on a worker that never
+        reaches the simulation, and here it happens at wall-clock moments); its results wait for their jobs like a
+        worker's, and an error is raised when its job is consumed."""
+        jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
+        live = [k for k in shipped.batch if self._shipped.get(k) is shipped]
+        if not live:  # every job of it was cancelled before it trained
+            return
+        assert jobs is not None and starts is not None
+        threads, began = torch.get_num_threads(), time.perf_counter()
+        python_rng, numpy_rng = random.getstate(), np.random.get_state()
+        torch.set_num_threads(self._threads)
+        try:
+            with torch.random.fork_rng(devices=[self._device] if self._device.type == "cuda" else []):
+                trainer = self._local_trainer()
+                if self._cohort:
+                    updates = trainer.train_many(jobs, starts)
+                else:
+                    updates = [trainer.train(jobs[0], starts[0], None)]
+        except Exception as error:
+            self._done.update((k, _Failed(error)) for k in live)
+            return
+        finally:
+            torch.set_num_threads(threads)
+            random.setstate(python_rng)
+            np.random.set_state(numpy_rng)
+            self.stats["local_seconds"] += time.perf_counter() - began
+        for k, update in zip(shipped.batch, updates):
+            if k in live:
+                self._done[k] = update
+                self._trained_here.add(k)
 
     def _receive(self, shipped: _Shipped) -> None:
         """A placed task has finished: keep its results for their jobs; a dead worker is replaced and the task's
         jobs are shipped again (the same jobs: the same result)."""
         ray = self._ray
         self._busy[shipped.worker] -= 1
-        args, shipped.args = shipped.args, None
+        jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
         live = [k for k in shipped.batch if self._shipped.get(k) is shipped]  # (not the cancelled ones)
         try:
             value, seconds = ray.get(shipped.ref)
-        except ray.exceptions.TaskCancelledError:
-            return
         except ray.exceptions.RayTaskError as error:  # the job itself raised: raised when it is consumed
             cause = error.cause if isinstance(getattr(error, "cause", None), Exception) else error
             self._done.update((k, _Failed(cause)) for k in live)
@@ -570,15 +659,15 @@ class RayExecutor:
                 self._done.update((k, _Failed(failure)) for k in live)
                 return
             self.stats["jobs_recomputed"] += len(live)
-            again = _Shipped(shipped.batch, shipped.key, shipped.failures + 1, args)  # the same task: same results
+            again = _Shipped(shipped.batch, shipped.key, shipped.failures + 1, jobs, starts)  # same task, same results
             for k in live:
                 self._shipped[k] = again
             heapq.heappush(self._waiting, (again.key, next(self._order), again))
             return
         self.stats["worker_seconds"] += seconds
-        updates = value if isinstance(value, list) else [value]
-        for k, update in zip(shipped.batch, updates):
+        for k, (update, weights) in zip(shipped.batch, value if isinstance(value, list) else [value]):
             if self._shipped.get(k) is shipped:  # (a cohort's other jobs wait here, ready)
+                update.weights = weights.tensor()
                 self._done[k] = update
 
     def _replace_worker(self, index: int, actor: Any) -> None:
