@@ -282,9 +282,12 @@ class DrawAtEveryEvent(Callback):
 
 
 @pytest.mark.parametrize("algorithm", ["fedasync", "fedbuff"])
-def test_training_locally_gives_the_sequential_weights_and_leaves_this_process_generators(tmp_path, cluster, algorithm):
-    sequential = fit(tmp_path / "seq", algorithm, num_clients=40, max_versions=20)
-    draws = {}
+def test_training_locally_gives_the_sequential_weights_and_user_code_draws_alike_under_every_executor(
+    tmp_path, cluster, algorithm
+):
+    watch = DrawAtEveryEvent()
+    sequential = fit(tmp_path / "seq", algorithm, num_clients=40, max_versions=20, callbacks=[watch])
+    draws = {"sequential": watch.draws}
     for name, executor in [("workers", RayExecutor(num_workers=2)), ("local", RayExecutor(1, train_locally=True))]:
         watch = DrawAtEveryEvent()
         on_ray = fit(tmp_path / name, algorithm, executor, num_clients=40, max_versions=20, callbacks=[watch])
@@ -295,7 +298,7 @@ def test_training_locally_gives_the_sequential_weights_and_leaves_this_process_g
     assert stats["jobs_trained_locally"] + stats["jobs_remote"] >= on_ray.summary["updates_received"]
     # a job seeds the generators it trains with: here they are restored, so user code drawing from them in this
     # process sees what it sees when every job trains on a worker, whenever the jobs trained here ran
-    assert len(draws["local"]) > 10 and draws["local"] == draws["workers"]
+    assert len(draws["local"]) > 10 and draws["local"] == draws["workers"] == draws["sequential"]
 
 
 def test_training_locally_keeps_the_cohorts_and_their_results(tmp_path, cluster):
@@ -328,3 +331,25 @@ def test_training_locally_beside_gpu_workers_is_refused_on_a_cpu_run(tmp_path, c
     with pytest.raises(ValueError, match=r"train_locally=True trains jobs on this process's device \(cpu\) and the "
                        r"workers train on cuda.*set train_locally=False"):  # fmt: skip
         fit(tmp_path, "fedasync", executor)
+
+
+class BrokenHere(LeNet5):
+    """Trains on the workers and raises in this process's training (its fit-start probe, without gradients, passes)."""
+
+    def __init__(self, driver_pid):
+        super().__init__()
+        self.driver_pid = driver_pid
+
+    def training_step(self, batch, batch_idx):
+        if os.getpid() == self.driver_pid and torch.is_grad_enabled():
+            raise ValueError("broken here")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_job_that_raises_while_trained_locally_fails_the_run_as_sequentially(tmp_path, cluster):
+    from lit_asyncfl.core.simulator import ClientJobError
+
+    executor = RayExecutor(num_workers=1, train_locally=True)
+    with pytest.raises(ClientJobError, match=r"raised ValueError: broken here") as caught:
+        fit(tmp_path, "fedasync", executor, model=BrokenHere(os.getpid()), num_clients=40, max_versions=20)
+    assert isinstance(caught.value.__cause__, ValueError)

@@ -13,7 +13,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torchmetrics import Metric
 
 from lit_asyncfl.client.callbacks import ClientCallback, LearningRateDecay, ProximalTerm
-from lit_asyncfl.client.engine_base import LocalEngine, parse_optimizers
+from lit_asyncfl.client.engine_base import LocalEngine, generators_kept, parse_optimizers
 from lit_asyncfl.client.job_trainer import JobTrainer
 from lit_asyncfl.client.kernels import OneDNN
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
@@ -408,7 +408,8 @@ class CohortExecutor:
             ids = [job_id, *others][: self.max_cohort]
             entries = [self._pending[k] for k in ids]
             self.cohort_sizes.append(len(ids))
-            updates = self.trainer.train_many([e[0] for e in entries], [e[1] for e in entries])
+            with generators_kept(self.trainer.device):
+                updates = self.trainer.train_many([e[0] for e in entries], [e[1] for e in entries])
             for k in ids:  # only now: the jobs of a cohort that raised are still pending
                 del self._pending[k]
             self._done.update(zip(ids, updates))

@@ -3,9 +3,10 @@ hand-over (the guarantee that every engine gives the same results rests on these
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import lightning as L
@@ -49,6 +50,31 @@ def parse_optimizers(config: Any) -> tuple[Optimizer, list[tuple[Any, str]]]:
         else:
             parsed.append((sched, "epoch"))
     return optimizers[0], parsed
+
+
+@contextlib.contextmanager
+def generators_kept(device: torch.device) -> Iterator[None]:
+    """Leave this process's global random generators as they were around local training: torch's (and, on CUDA,
+    the device's), Python's and NumPy's.
+
+    A job seeds them with its own seed (:meth:`LocalEngine.seed_job`). Every executor trains jobs inside this, so
+    user code of the simulation's process that draws from them (a run callback, an aggregator) sees the same
+    numbers whether the jobs train in this process or on Ray workers, and whenever they train.
+
+    Example:
+        >>> state = torch.random.get_rng_state()
+        >>> with generators_kept(torch.device("cpu")):
+        ...     _ = torch.manual_seed(1), random.seed(1), np.random.seed(1)
+        >>> torch.equal(torch.random.get_rng_state(), state)
+        True
+    """
+    python, numpy = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)
 
 
 class LocalEngine:

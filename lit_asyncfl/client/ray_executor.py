@@ -13,7 +13,6 @@ import heapq
 import itertools
 import logging
 import math
-import random
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ import torch
 from torch import Tensor
 
 from lit_asyncfl.checks import check, check_bool, check_int, check_number, check_str
+from lit_asyncfl.client.engine_base import generators_kept
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 
 log = logging.getLogger("lit_asyncfl")
@@ -477,7 +477,9 @@ class RayExecutor:
         job, start = self._pending[job_id]
         if job_id not in self._shipped:
             if not self._remote(job):
-                update = self._local_trainer().train(job, start, fresh)
+                trainer = self._local_trainer()
+                with generators_kept(trainer.device):
+                    update = trainer.train(job, start, fresh)
                 del self._pending[job_id]
                 self.stats["jobs_local"] += 1
                 return update
@@ -605,19 +607,18 @@ class RayExecutor:
 
     def _train_here(self, shipped: _Shipped) -> None:
         """Train a shipped task in this process (``train_locally``), as a worker would: with the workers' thread
-        count, leaving this process's random generators as they were (a job seeds them; on a worker that never
-        reaches the simulation, and here it happens at wall-clock moments); its results wait for their jobs like a
-        worker's, and an error is raised when its job is consumed."""
+        count, leaving this process's random generators as they were (:func:`generators_kept`: here a job trains
+        at a wall-clock moment); its results wait for their jobs like a worker's, and an error is raised when its job
+        is consumed."""
         jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
         live = [k for k in shipped.batch if self._shipped.get(k) is shipped]
         if not live:  # every job of it was cancelled before it trained
             return
         assert jobs is not None and starts is not None
         threads, began = torch.get_num_threads(), time.perf_counter()
-        python_rng, numpy_rng = random.getstate(), np.random.get_state()
         torch.set_num_threads(self._threads)
         try:
-            with torch.random.fork_rng(devices=[self._device] if self._device.type == "cuda" else []):
+            with generators_kept(self._device):
                 trainer = self._local_trainer()
                 if self._cohort:
                     updates = trainer.train_many(jobs, starts)
@@ -628,8 +629,6 @@ class RayExecutor:
             return
         finally:
             torch.set_num_threads(threads)
-            random.setstate(python_rng)
-            np.random.set_state(numpy_rng)
             self.stats["local_seconds"] += time.perf_counter() - began
         for k, update in zip(shipped.batch, updates):
             if k in live:

@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
+from lit_asyncfl.client.engine_base import generators_kept
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 
 
@@ -36,6 +37,7 @@ class SequentialExecutor:
     def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
         """Compute and return the update of a job (``fresh``: the answer to its server request, if any)."""
         job, start = self._pending[job_id]
-        update = self.trainer.train(job, start, fresh)
+        with generators_kept(self.trainer.device):
+            update = self.trainer.train(job, start, fresh)
         del self._pending[job_id]  # only now: a job that raised is still pending (the event can be replayed)
         return update
