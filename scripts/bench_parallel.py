@@ -267,9 +267,8 @@ def main() -> None:
                 ray_wall, ray_updates, ray_weights, trained = fit(name, versions, executor())
                 identical = torch.equal(seq_weights, ray_weights) and seq_updates == ray_updates
                 ray_rate = ray_updates / ray_wall
-                if index == 0:
-                    ratios, all_identical = results.get(name, ([], True))
-                    results[name] = ([*ratios, ray_rate / seq_rate], all_identical and identical)
+                ratios, all_identical = results.get(name, ([], True))  # (identical: every configuration's)
+                results[name] = ([*ratios, ray_rate / seq_rate] if index == 0 else ratios, all_identical and identical)
                 print(
                     f"  {label}: {ray_wall:.1f}s ({ray_rate:.1f} updates/s): {ray_rate / seq_rate:.2f}x, weights "
                     f"{'identical' if identical else 'DIFFER'}; trainers busy "

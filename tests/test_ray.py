@@ -301,14 +301,82 @@ def test_training_locally_gives_the_sequential_weights_and_user_code_draws_alike
     assert len(draws["local"]) > 10 and draws["local"] == draws["workers"] == draws["sequential"]
 
 
-def test_training_locally_keeps_the_cohorts_and_their_results(tmp_path, cluster):
+def test_training_locally_keeps_the_cohorts_their_results_and_this_process_onednn_setting(tmp_path, cluster):
     def cohort_run(name, executor):
         return fit(tmp_path / name, "fedbuff", executor, engine="cohort", num_clients=40, max_versions=15)
 
-    on_workers = cohort_run("workers", RayExecutor(num_workers=2, cohort_size=4))
-    mixed = cohort_run("mixed", RayExecutor(num_workers=1, cohort_size=4, train_locally=True))
+    torch.backends.mkldnn.enabled = False  # set by the user: the workers and the jobs trained here take it over
+    try:
+        on_workers = cohort_run("workers", RayExecutor(num_workers=2, cohort_size=4))
+        mixed = cohort_run("mixed", RayExecutor(num_workers=1, cohort_size=4, train_locally=True))
+    finally:
+        torch.backends.mkldnn.enabled = True
     assert torch.equal(global_weights(mixed), global_weights(on_workers))
     assert mixed.summary["executor"]["jobs_trained_locally"] > 0
+
+
+def test_the_cohort_and_fedasmu_executors_leave_this_process_generators(tmp_path, cluster):
+    for name, algorithm, kwargs in [("cohort", "fedbuff", {"engine": "cohort"}), ("fedasmu", "fedasmu", {})]:
+        draws = []
+        for executor in (None, RayExecutor(num_workers=2)):  # (FedASMU's jobs train here, at their events)
+            watch = DrawAtEveryEvent()
+            fit(tmp_path / f"{name}-{executor is None}", algorithm, executor, callbacks=[watch], **kwargs)
+            draws.append(watch.draws)
+        assert len(draws[0]) > 5 and draws[0] == draws[1], name
+
+
+class CountsItsEvaluations(LeNet5):
+    """A module whose training depends on state its hooks change on the global model: a job must train from the
+    module as it was when the run started, wherever it trains."""
+
+    def __init__(self):
+        super().__init__(lr=0.05)
+        self.evaluations = 0
+
+    def on_validation_epoch_end(self):
+        self.evaluations += 1
+
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch, batch_idx) * (1 + self.evaluations)
+
+
+@pytest.mark.parametrize("algorithm", ["fedasync", "fedasmu"])
+def test_jobs_trained_here_start_from_the_module_the_run_started_with(tmp_path, cluster, algorithm):
+    def run(name, executor):
+        torch.manual_seed(0)
+        return fit(tmp_path / name, algorithm, executor, model=CountsItsEvaluations(), num_clients=40,
+                   max_versions=10, eval_every=2)  # fmt: skip
+
+    sequential = run("seq", None)
+    executor = RayExecutor(num_workers=1, train_locally=True)
+    here = run("here", executor)
+    assert torch.equal(global_weights(here), global_weights(sequential))
+    assert executor.stats["jobs_trained_locally" if algorithm == "fedasync" else "jobs_local"] > 0
+
+
+class RaisesOnSomeBatches(LeNet5):
+    """Raises (with gradients on: the fit-start probe passes) when a job's first batch starts with a 7: the same
+    jobs fail wherever they train."""
+
+    def training_step(self, batch, batch_idx):
+        if torch.is_grad_enabled() and batch_idx == 0 and int(batch[1][0]) == 7:
+            raise ValueError("a 7 first")
+        return super().training_step(batch, batch_idx)
+
+
+def test_jobs_that_raise_while_trained_here_are_dropped_as_sequentially(tmp_path, cluster):
+    def run(name, executor):
+        torch.manual_seed(0)
+        return fit(tmp_path / name, "fedasync", executor, model=RaisesOnSomeBatches(lr=0.05), num_clients=40,
+                   max_versions=20, on_client_error="drop")  # fmt: skip
+
+    sequential = run("seq", None)
+    executor = RayExecutor(num_workers=1, train_locally=True)
+    here = run("here", executor)
+    dropped = sequential.summary["drop_reasons"]["client_error"]
+    assert dropped > 0 and here.summary["drop_reasons"]["client_error"] == dropped
+    assert torch.equal(global_weights(here), global_weights(sequential))
+    assert executor.stats["jobs_trained_locally"] > 0
 
 
 def test_a_tensor_travels_to_and_from_workers_bit_for_bit_in_every_dtype():
@@ -324,6 +392,10 @@ def test_a_tensor_travels_to_and_from_workers_bit_for_bit_in_every_dtype():
         assert torch.equal(back.reshape(-1).view(torch.uint8), bits)  # the same bits (NaN, inf, -0.0 too)
         wire.data[:] = 0  # (as the object store's buffer is reused) the received tensor is its own copy
         assert torch.equal(back.reshape(-1).view(torch.uint8), bits)
+    empty = _Wire.of(torch.empty(0, 3, dtype=torch.bfloat16)).tensor()
+    assert empty.shape == (0, 3) and empty.dtype == torch.bfloat16
+    transposed = torch.arange(6.0).reshape(2, 3).t()  # (not contiguous)
+    assert torch.equal(_Wire.of(transposed).tensor(), transposed)
 
 
 def test_training_locally_beside_gpu_workers_is_refused_on_a_cpu_run(tmp_path, cluster):

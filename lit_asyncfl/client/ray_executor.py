@@ -145,6 +145,7 @@ def _torch_settings() -> dict[str, Any]:
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "mkldnn_enabled": torch.backends.mkldnn.enabled,
     }
 
 
@@ -158,6 +159,7 @@ def _apply_torch_settings(settings: dict[str, Any]) -> None:
     torch.backends.cudnn.benchmark = settings["cudnn_benchmark"]
     torch.backends.cuda.matmul.allow_tf32 = settings["cuda_matmul_allow_tf32"]
     torch.backends.cudnn.allow_tf32 = settings["cudnn_allow_tf32"]
+    torch.backends.mkldnn.enabled = settings["mkldnn_enabled"]
 
 
 @dataclass
@@ -175,11 +177,13 @@ class _Wire:
 
     @classmethod
     def of(cls, tensor: Tensor) -> _Wire:
-        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        flat = tensor.detach().cpu().resolve_conj().resolve_neg().contiguous().reshape(-1)
         return cls(flat.view(torch.uint8).numpy(), flat.dtype, tuple(tensor.shape))
 
     def tensor(self) -> Tensor:
         """A tensor of its own (the array read from the object store is read-only and shared)."""
+        if self.data.size == 0:  # (a byte view of no bytes cannot be viewed as another dtype)
+            return torch.empty(self.shape, dtype=self.dtype)
         return torch.from_numpy(self.data.copy()).view(self.dtype).reshape(self.shape)
 
 
@@ -235,8 +239,8 @@ class RayExecutor:
     within float32 rounding (as ``cohort`` agrees with ``fast``); they are still deterministic (cohorts are formed
     from the order of dispatches, never from wall-clock timing). On GPUs results are deterministic up to the
     kernels' own nondeterminism. At the start of each run the workers take over this process's torch settings that
-    change what a job computes (default dtype, deterministic algorithms, float32 matmul precision, cuDNN and TF32
-    flags); other process-wide state set by hand (a global random seed, environment variables read at import) is
+    change what a job computes (default dtype, deterministic algorithms, float32 matmul precision, cuDNN, TF32 and
+    oneDNN flags); other process-wide state set by hand (a global random seed, environment variables read at import) is
     not forwarded: set it in the module or data module, whose code runs on the workers.
 
     A worker that dies (its process killed, its node lost) is replaced by a new one and the jobs it was computing
@@ -364,6 +368,10 @@ class RayExecutor:
                 "or run on the workers' kind of device (accelerator='cuda' with num_gpus_per_worker > 0)"
             )
         self._make_trainer, self._device, self._cohort = make_trainer, torch.device(device), cohort
+        # the engine of jobs trained here, built now as the sequential executor builds its own: from the module as
+        # it is at the start (hooks may change the global model later) and with the run's own client callbacks
+        # (FedASMU's slot policy learns from the jobs that stay here)
+        self._local = make_trainer(self._device)
         local = [type(cb).__name__ for cb in callbacks if not getattr(cb, "runs_on_workers", False)]
         self._ship_all = not local
         if local:
@@ -377,6 +385,7 @@ class RayExecutor:
         self._threads = self.num_threads or num_threads
         self._window = self.max_ahead or 4 * (n + self.train_locally)
         self._trainer_ref = ray.put(make_trainer)  # the module and every client's data, shipped once
+        self._settings = _torch_settings()  # what the workers train with (and this process, train_locally)
         self._actor = ray.remote(num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker)(_Worker)
         session = (ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id())
         self._pool_key = (session, self.num_cpus_per_worker, self.num_gpus_per_worker)
@@ -413,7 +422,7 @@ class RayExecutor:
         unpickle) is raised here, naming its cause, not as every job's error."""
         ray = self._ray
         try:
-            settings = _torch_settings()
+            settings = self._settings
             ray.get([w.load.remote(self._trainer_ref, self._worker_device, self._threads, settings) for w in workers])
         except ray.exceptions.RayTaskError as error:
             self.stop()
@@ -505,9 +514,8 @@ class RayExecutor:
         return self._ship_all and job.request_step is None
 
     def _local_trainer(self) -> Any:
-        if self._local is None:
-            assert self._make_trainer is not None
-            self._local = self._make_trainer(self._device)
+        """The engine of the jobs trained in this process (built at the run's start, see :meth:`start`)."""
+        assert self._local is not None
         return self._local
 
     def _fill(self) -> None:
@@ -607,16 +615,17 @@ class RayExecutor:
 
     def _train_here(self, shipped: _Shipped) -> None:
         """Train a shipped task in this process (``train_locally``), as a worker would: with the workers' thread
-        count, leaving this process's random generators as they were (:func:`generators_kept`: here a job trains
-        at a wall-clock moment); its results wait for their jobs like a worker's, and an error is raised when its job
-        is consumed."""
+        count and torch settings (this process's at the run's start), leaving this process's random generators as
+        they were (:func:`generators_kept`: here a job trains at a wall-clock moment); its results wait for their
+        jobs like a worker's, and an error is raised when its job is consumed."""
         jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
         live = [k for k in shipped.batch if self._shipped.get(k) is shipped]
         if not live:  # every job of it was cancelled before it trained
             return
         assert jobs is not None and starts is not None
-        threads, began = torch.get_num_threads(), time.perf_counter()
+        threads, settings, began = torch.get_num_threads(), _torch_settings(), time.perf_counter()
         torch.set_num_threads(self._threads)
+        _apply_torch_settings(self._settings)
         try:
             with generators_kept(self._device):
                 trainer = self._local_trainer()
@@ -629,6 +638,7 @@ class RayExecutor:
             return
         finally:
             torch.set_num_threads(threads)
+            _apply_torch_settings(settings)
             self.stats["local_seconds"] += time.perf_counter() - began
         for k, update in zip(shipped.batch, updates):
             if k in live:
