@@ -268,7 +268,7 @@ class RayExecutor:
             next when no worker has it yet, else the earliest waiting one (results as on a worker: same engine,
             seeds and thread count). Where the workers share this process's cores, ``num_workers`` one below the
             cores plus ``train_locally=True`` keeps every core training without oversubscribing them (on 2 cores,
-            2 workers and this process share 2 cores, and each job trains ~20% slower than alone); on a cluster,
+            2 workers and this process share 2 cores: their jobs trained up to ~20% slower than alone); on a cluster,
             where this process has a core of its own, it adds one trainer.
         reuse_workers: Keep the workers alive after a run for the next run of this process (a sweep's runs, a
             test suite) instead of starting new ones (a worker takes seconds to start: it imports torch and
