@@ -11,6 +11,7 @@ import torch
 from lit_asyncfl import FederatedTrainer
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.models import LeNet5
+from lit_asyncfl.server.base import ServerCallback
 
 
 @pytest.fixture(autouse=True)
@@ -89,3 +90,18 @@ def check_determinism_and_exact_resume(
     assert torch.equal(global_weights(resumed), global_weights(full))
     assert resumed.simulator.server.stats == full.simulator.server.stats
     return full, resumed
+
+
+class RecordsVersions(ServerCallback):
+    """A server callback recording every new global version (updates aggregated, weights before and after), for
+    tests that replay a run by hand; subclasses record the uploads they need."""
+
+    def __init__(self) -> None:
+        self.versions: list[dict] = []
+
+    @property
+    def state_key(self) -> str:
+        return "test-uploads"
+
+    def on_aggregated(self, server, updates):
+        self.versions.append({"count": len(updates), "before": server.previous_weights, "after": server.weights})

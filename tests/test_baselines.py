@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import assert_same, check_determinism_and_exact_resume, run
+from conftest import RecordsVersions, assert_same, check_determinism_and_exact_resume, run
 
 from lit_asyncfl.algorithms import CA2FL, FADAS, PRESETS, FedFa
 from lit_asyncfl.cli import FederatedCLI
@@ -265,24 +265,17 @@ def test_calibration_and_window_use_the_callbacks_weights():
 # ------------------------------------------------------------------------------------------- runs replayed by hand
 
 
-class Uploads(ServerCallback):
+class Uploads(RecordsVersions):
     """Records every accepted upload (in aggregation order) and every new global version."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.uploads: list[dict] = []
-        self.versions: list[dict] = []
-
-    @property
-    def state_key(self) -> str:
-        return "test-uploads"
 
     def weight_update(self, server, update, weight):
         self.uploads.append({"client": update.client, "staleness": update.staleness, "weights": update.weights,
                              "base": update.base_weights, "weight": weight})  # fmt: skip
         return weight
-
-    def on_aggregated(self, server, updates):
-        self.versions.append({"count": len(updates), "before": server.previous_weights, "after": server.weights})
 
 
 def recorded_run(tmp_path, algorithm, **kwargs) -> Uploads:

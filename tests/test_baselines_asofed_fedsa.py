@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import assert_same, check_determinism_and_exact_resume, run
+from conftest import RecordsVersions, assert_same, check_determinism_and_exact_resume, run
 
 from lit_asyncfl.algorithms import PRESETS, ASOFed, FedSA
 from lit_asyncfl.cli import FederatedCLI
@@ -22,7 +22,6 @@ from lit_asyncfl.functional.asofed import asofed_correction, asofed_step_size, r
 from lit_asyncfl.functional.fedsa import fedsa_learning_rate, fedsa_participation
 from lit_asyncfl.schedulers import BufferedConcurrency, KeepConcurrency
 from lit_asyncfl.server import DataSizeWeight, DeltaAverage, ModelAverage, StalenessBound
-from lit_asyncfl.server.base import ServerCallback
 from lit_asyncfl.server.data_fraction import DataFractionWeight
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,16 +120,12 @@ def test_data_fraction_step_on_a_tiny_server_by_hand():
 # ------------------------------------------------------------------------------------------- runs replayed by hand
 
 
-class Uploads(ServerCallback):
+class Uploads(RecordsVersions):
     """Put first among the callbacks: records every arrival (accepted or not) and every new version."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.arrivals: list[dict] = []
-        self.versions: list[dict] = []
-
-    @property
-    def state_key(self) -> str:
-        return "test-uploads"
 
     def reject_update(self, server, update):
         self.arrivals.append({"client": update.client, "staleness": update.staleness, "weights": update.weights,
@@ -144,9 +139,6 @@ class Uploads(ServerCallback):
         assert weight == 1.0 and self.arrivals[-1]["weights"] is update.weights
         self.arrivals[-1]["accepted"] = True
         return weight
-
-    def on_aggregated(self, server, updates):
-        self.versions.append({"count": len(updates), "before": server.previous_weights, "after": server.weights})
 
 
 class TrainedWeights(ClientCallback):

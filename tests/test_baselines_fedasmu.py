@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import assert_same, check_determinism_and_exact_resume, run
+from conftest import RecordsVersions, assert_same, check_determinism_and_exact_resume, run
 
 from lit_asyncfl.algorithms import PORT, PRESETS
 from lit_asyncfl.cli import FederatedCLI
@@ -17,7 +17,6 @@ from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
 from lit_asyncfl.functional.port import port_similarity, port_staleness_factor, port_weight
 from lit_asyncfl.schedulers import BufferedConcurrency
 from lit_asyncfl.server import DataSizeWeight, ModelAverage, SimilarityStalenessWeight
-from lit_asyncfl.server.base import ServerCallback
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,25 +81,18 @@ def test_buffered_concurrency_refuses_fewer_selected_than_the_buffer(tmp_path):
 # ------------------------------------------------------------------------------------------- runs replayed by hand
 
 
-class Uploads(ServerCallback):
+class Uploads(RecordsVersions):
     """Put first among the callbacks: records every upload (its weight chain starts at 1) and every new version."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.uploads: list[dict] = []
-        self.versions: list[dict] = []
-
-    @property
-    def state_key(self) -> str:
-        return "test-uploads"
 
     def weight_update(self, server, update, weight):
         assert weight == 1.0
         self.uploads.append({"client": update.client, "staleness": update.staleness, "weights": update.weights,
                              "global": server.weights, "n": update.num_samples})  # fmt: skip
         return weight
-
-    def on_aggregated(self, server, updates):
-        self.versions.append({"count": len(updates), "before": server.previous_weights, "after": server.weights})
 
 
 def close(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import check_determinism_and_exact_resume, global_weights, make_trainer, run
+from conftest import RecordsVersions, check_determinism_and_exact_resume, global_weights, make_trainer, run
 
 from lit_asyncfl.algorithms import PRESETS, REFL, WKAFL, FedCompass
 from lit_asyncfl.availability import MarkovOnOff
@@ -348,22 +348,15 @@ def trainer_speed_at(sched, arrivals, dispatches, client, t):
     return speed
 
 
-class Uploads(ServerCallback):
+class Uploads(RecordsVersions):
     def __init__(self) -> None:
+        super().__init__()
         self.uploads: list[dict] = []
-        self.versions: list[dict] = []
-
-    @property
-    def state_key(self) -> str:
-        return "test-uploads"
 
     def weight_update(self, server, update, weight):
         self.uploads.append({"client": update.client, "base_version": update.base_version, "version": server.version,
                              "delta": update.delta})  # fmt: skip
         return weight
-
-    def on_aggregated(self, server, updates):
-        self.versions.append({"count": len(updates), "before": server.previous_weights, "after": server.weights})
 
 
 def test_wkafl_run_replayed_from_the_recorded_uploads(tmp_path):

@@ -321,7 +321,6 @@ class RayExecutor:
         self.stats: dict[str, float] = {}
         self._ray: Any = None
         self._workers: list[Any] = []
-        self._make_trainer: Callable[[torch.device], Any] | None = None
         self._local: Any = None
         self._ship_all = True
         self._cohort = False
@@ -367,7 +366,7 @@ class RayExecutor:
                 f"workers train on {worker_device}: the two would give different results; set train_locally=False, "
                 "or run on the workers' kind of device (accelerator='cuda' with num_gpus_per_worker > 0)"
             )
-        self._make_trainer, self._device, self._cohort = make_trainer, torch.device(device), cohort
+        self._device, self._cohort = torch.device(device), cohort
         # the engine of jobs trained here, built now as the sequential executor builds its own: from the module as
         # it is at the start (hooks may change the global model later) and with the run's own client callbacks
         # (FedASMU's slot policy learns from the jobs that stay here)
@@ -442,7 +441,7 @@ class RayExecutor:
         six), so no task is cancelled."""
         self._shipped, self._done, self._queue, self._versions, self._trained_here = {}, {}, [], {}, set()
         self._waiting, self._running = [], {}
-        self._pending, self._trainer_ref, self._make_trainer = {}, None, None  # nothing of the run stays alive
+        self._pending, self._trainer_ref = {}, None  # nothing of the run stays alive
         if self._workers and self.reuse_workers:
             for worker in self._workers:
                 worker.unload.remote()
