@@ -196,6 +196,7 @@ def run_one(method: str, seed: int, alpha: float | None, cfg: dict, point: dict 
         "versions_to_target",
         "versions",
         "updates_received",
+        "updates_discarded",
         "mean_staleness",
     )
     history = [{"virtual_time": r["virtual_time"], "accuracy": r["accuracy"]} for r in trainer.history]
@@ -255,9 +256,9 @@ def report(rows: list[dict], methods: list[str], alphas: list, cfg: dict, header
         header,
         "",
         f"| setting | method | final accuracy | best accuracy | time to {target:g} (virtual s) "
-        "| versions to target | reached | updates | updates per 1,000 s |"
+        "| versions to target | reached | updates | updates per 1,000 s | discarded |"
         + (" chosen grid point |" if cfg.get("grid") else ""),
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if cfg.get("grid") else ""),
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if cfg.get("grid") else ""),
     ]
     for a in alphas:
         for m in methods:
@@ -267,6 +268,7 @@ def report(rows: list[dict], methods: list[str], alphas: list, cfg: dict, header
             times = [r["time_to_target"] for r in rs if r["time_to_target"] is not None]
             rounds = [r["versions_to_target"] for r in rs if r["versions_to_target"] is not None]
             updates = statistics.mean(r["updates_received"] for r in rs)
+            discarded = sum(r["updates_discarded"] for r in rs) / max(sum(r["updates_received"] for r in rs), 1)
             ends = statistics.mean(r["history"][-1]["virtual_time"] for r in rs if r["history"]) or 1.0
             chosen = ""
             if cfg.get("grid"):
@@ -275,7 +277,7 @@ def report(rows: list[dict], methods: list[str], alphas: list, cfg: dict, header
             lines.append(
                 f"| {setting_name(a, cfg)} | {m} | {mean_std([r['final_accuracy'] for r in rs])} | "
                 f"{mean_std([r['best_accuracy'] for r in rs])} | {mean_std(times, 0)} | {mean_std(rounds, 0)} | "
-                f"{len(times)}/{len(rs)} | {updates:,.0f} | {1000 * updates / ends:,.1f} |{chosen}"
+                f"{len(times)}/{len(rs)} | {updates:,.0f} | {1000 * updates / ends:,.1f} | {discarded:.1%} |{chosen}"
             )
     focus = [f for f in focus if f in methods]
     if focus:

@@ -137,10 +137,11 @@ def test_report_has_the_grid_the_chosen_points_and_the_work_per_virtual_second()
     cfg = {"target": 0.8, "partition": None, "grid": {"lr": [0.05]}, "chosen": {"A|0.1": {"lr": 0.05}}}
     rows = [
         {**_row(m, s, f, 10.0), "best_accuracy": f, "versions_to_target": 3, "updates_received": 500,
+            "updates_discarded": 50,
          "history": [{"virtual_time": 0.0, "accuracy": 0.1}, {"virtual_time": 2000.0, "accuracy": f}]}
         for m, s, f in [("A", 0, 0.9), ("A", 1, 0.8), ("B", 0, 0.7), ("B", 1, 0.75)]
     ]  # fmt: skip
     text = bench.report(rows, ["A", "B"], [0.1], cfg, "HEADER", ["A"])
-    assert "| Dirichlet 0.1 | A | 0.8500 ± 0.0707 |" in text and "| 250.0 | lr=0.05 |" in text
+    assert "| Dirichlet 0.1 | A | 0.8500 ± 0.0707 |" in text and "| 250.0 | 10.0% | lr=0.05 |" in text
     assert "| B |" in text and "| suite default |" in text
     assert "| A | B | 2/2 | 0/2 | +0.125 ± 0.106 |" in text  # diffs 0.2, 0.05; equal times are no win
