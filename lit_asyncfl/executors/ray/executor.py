@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from lit_asyncfl.checks import check, check_bool, check_int, check_number, check_str
-from lit_asyncfl.client.engine_base import generators_kept
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.engines.base import generators_kept
 
 log = logging.getLogger("lit_asyncfl")
 
