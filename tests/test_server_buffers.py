@@ -22,11 +22,13 @@ from lit_asyncfl.server import (
     CalibratedDeltaAverage,
     DeltaAverage,
     DynamicCorrection,
+    DynamicStalenessWeight,
     Mixing,
     ModelAverage,
     NormAmplification,
     ServerCallback,
     ServerMomentum,
+    SimilarityStalenessWeight,
     SlidingWindowAverage,
 )
 from lit_asyncfl.server.grouped import GroupedDeltaStep
@@ -180,3 +182,40 @@ def test_a_batchnorm_models_running_statistics_are_averaged_in_a_run(tmp_path, a
         sizes = [float(m) if algorithm is FedAvgM else 1.0 for _, m in buffers]  # FedAvgM: weighted by data size
         expected = sum(b * m for (b, _), m in zip(buffers, sizes)) / sum(sizes)
         assert torch.allclose(new, expected, atol=1e-6)
+
+
+# Weight callbacks that read statistics of the uploads (directions, gradient estimates): of the parameters only.
+WEIGHT_CALLBACKS = {
+    "SimilarityStalenessWeight": lambda: SimilarityStalenessWeight(
+        bound=2, similarity_weight=1.0, staleness_weight=1.0
+    ),
+    "DynamicStalenessWeight": lambda: DynamicStalenessWeight(
+        mu_alpha=1.0, lambda0=1.0, sigma0=1.0, iota0=0.2, lr_lambda=0.5, lr_sigma=0.5, lr_iota=0.5
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WEIGHT_CALLBACKS))
+def test_weights_from_update_statistics_read_the_parameters_only(name):
+    """Four uploads of two clients, some stale, mixed in: the parameters move exactly as on a model without the
+    buffers, whose uploads' buffers are large enough to change any direction or gradient they entered."""
+    gen = torch.Generator().manual_seed(3)
+    uploads = []
+    for job_id, (client, base_version) in enumerate([(0, 0), (1, 0), (0, 1), (1, 0)]):
+        params = torch.randn(N_PARAMS, generator=gen)
+        buffers = torch.randn(2, generator=gen) * 50
+        uploads.append((client, base_version, job_id, torch.cat([params, buffers])))
+    results = []
+    for width, param_numel in ((None, N_PARAMS), (N_PARAMS, None)):
+        server = Server(
+            CURRENT[:width].clone(), Mixing(alpha=0.5), [WEIGHT_CALLBACKS[name]()], 4, param_numel=param_numel
+        )
+        server.on_fit_start()
+        history = [server.weights]
+        for client, base_version, job_id, weights in uploads:
+            job = ClientJob(job_id, client, base_version, 0.0, JobTiming(0, 1, 0), seed=0, local_epochs=1)
+            update = ClientUpdate(job, weights[:width].clone(), history[base_version], 10, 2, 0.0, info={"lr": 0.1})
+            assert server.receive(update)
+            history.append(server.weights)
+        results.append(server.weights[:N_PARAMS])
+    assert torch.allclose(results[0], results[1], atol=1e-6)
