@@ -16,15 +16,15 @@ import torch
 from torch import Tensor
 
 from lit_asyncfl.checks import check_number
-from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.client_state import ClientStateStore
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.functional.contrastive import model_contrastive_loss
 from lit_asyncfl.functional.feddyn import feddyn_client_state
 
 if TYPE_CHECKING:
-    from lit_asyncfl.client.fast_engine import LocalTrainer
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
+    from lit_asyncfl.engines.fast import LocalTrainer
 
 
 class _StatefulClientCallback(ClientCallback):
