@@ -23,7 +23,8 @@ class ServerStats:
     Args:
         received: Updates that reached the server.
         aggregated: Updates that went into a new global version.
-        discarded: Updates dropped for staleness (by a callback whose ``rejection_kind`` is ``"discarded"``).
+        discarded: Updates dropped for staleness (by a callback whose ``rejection_kind`` is ``"discarded"``, or
+            superseded by a newer update of the same client in FedCompass's aggregation).
         rejected: Invalid updates (non-finite, mis-shaped, or refused by a callback).
         reasons: Count per rejection or discard reason.
         staleness_sum: Sum of the staleness of received updates.
