@@ -90,6 +90,9 @@ SUITES: dict[str, dict[str, Any]] = {
         "kwargs": {
             "FedAsync": {"concurrency": 1.0},
             "FedBuff": {"buffer_size": 10, "concurrency": 1.0},
+            # DynSGD in FedHist's K-async form (its Eq. 4, weights summing to 1): unnormalised, 1/tau with tau ~ N/K
+            # = 10 leaves one averaged update per generation of jobs, too few for this budget (0.20 on seed 0)
+            "DynSGD": {"normalize": True},
             # MOON as FedHist's authors ran it: asynchronous (FedAsync-style), every client training
             "MOON": {"asynchronous": True, "concurrency": 1.0},
             # REFL's rounds: K = 10 devices, a deadline near the median job (16-80 s here) so that stragglers exist
