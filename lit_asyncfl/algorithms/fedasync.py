@@ -21,10 +21,12 @@ class FedAsync(Algorithm):
     **Many clients in flight.** Xie et al. evaluate staleness bounded by 4 and 16. Mixing a model trained from
     :math:`w_o` pulls :math:`w` back towards :math:`w_o` by :math:`\alpha_t (w - w_o)`; with :math:`c` clients in
     flight the staleness is about :math:`c` versions, so the step per arrival shrinks to about
-    :math:`\alpha_t / (1 + \alpha_t c)` of a client update, while :math:`\alpha_t` itself decays with the
-    staleness. Measured on the FedHist digits suite (100 clients, all in flight; seed 0): mean staleness 98 (max
-    598), the loss stays at 2.30 for the first 4,500 virtual s and the accuracy is 0.31 at the suite's 3,000 s,
-    0.95 at 15,000 s: slow, not divergent. At 10% concurrency the same 3,000 s hold only 599 updates (0.10); the
+    :math:`\alpha_t / (1 + \alpha_t c)` of a client update, and the :math:`c` arrivals of a job's duration move
+    the model by about :math:`\alpha_t c / (1 + \alpha_t c) < 1` client update, whatever the concurrency
+    (FedBuff moves :math:`c/K` averaged updates in that time). Measured on the FedHist digits suite (100 clients,
+    3,000 virtual s, about 60 jobs of 16-80 s each; seed 0): every client in flight, mean staleness 98 (max 598),
+    the loss stays at 2.30 for the first 4,500 virtual s and the accuracy is 0.31 at 3,000 s, 0.95 at 15,000 s:
+    slow, not divergent. At 10%, 30% and 50% concurrency the loss ends at 2.29-2.28 too (0.10, 0.23, 0.14); the
     FedASMU suite's 20,000 s at 10% reach 0.94.
 
     Args:
