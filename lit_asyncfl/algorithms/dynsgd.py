@@ -15,10 +15,10 @@ class DynSGD(Algorithm):
 
     **Step length.** With all :math:`N` clients training and :math:`K` updates per version, an update is
     :math:`\tau \approx N/K` versions stale, so an aggregation moves the model by about :math:`K/N` of an averaged
-    update: one averaged update per generation of :math:`N` jobs, the step of synchronous SGD, as Jiang et al.
-    designed it (FedBuff and TWAFL take one per :math:`K` arrivals). FedHist's authors run it in their K-async
-    form, :math:`w \leftarrow w - \eta \sum_i p_i g_i` with :math:`\sum_i p_i = 1` (FedHist's Eq. 4), where it
-    needs fewer rounds than FedAvg (their Table 2: 1,904 against 3,340), which the unnormalised step cannot:
+    update: one averaged update per generation of :math:`N` jobs, the step synchronous SGD would take (FedBuff and
+    TWAFL take one per :math:`K` arrivals). FedHist's authors run it in their K-async form,
+    :math:`w \leftarrow w - \eta \sum_i p_i g_i` with :math:`\sum_i p_i = 1` (FedHist's Eq. 4), where it needs
+    fewer rounds than FedAvg (their Table 2: 1,904 against 3,340), which the unnormalised step cannot:
     ``normalize=True`` takes that form, :math:`p_i \propto 1/\tau_i`. Measured on the FedHist digits suite (seed
     0, N/K = 10, mean staleness 8.9, 925 versions in 3,000 virtual s): unnormalised 0.20 (the loss moves from 2.306
     to 2.27 and stays on the initial plateau; seeds 0-2: 0.32 +- 0.15), ``server_lr=10`` 0.97, ``normalize=True``
