@@ -67,8 +67,8 @@ SUITES: dict[str, dict[str, Any]] = {
             "FedAvgM": {"clients_per_round": 0.2},  # synchronous rounds of the same 20%
             # every client trains (cross-silo); the authors' Q_min:Q_max = 1:5 in steps of the ~2-step digits epoch.
             # These devices are outside FedCompass's design: a job's time is drawn afresh whatever the client and its
-            # steps, so its per-client speed estimate predicts nothing (measured on its page: 103 jobs per client
-            # where 240 fit, 0.25); no argument fixes that
+            # steps, so its per-client speed estimate predicts nothing (measured on its page: clients idle 57% of
+            # the run waiting for their groups, 0.25); no argument fixes that
             "FedCompass": {"q_min": 1, "q_max": 5},
         },
     },
