@@ -30,7 +30,7 @@ from lit_asyncfl.client.contract import check_lightning_contract, check_model_fi
 from lit_asyncfl.client.engines import DEFAULT_NUM_THREADS, build_executor, check_engine, resolve_device
 from lit_asyncfl.client.ray_executor import RayExecutor, check_executor
 from lit_asyncfl.client.sequential import SequentialExecutor
-from lit_asyncfl.core.client_state import ClientStateStore
+from lit_asyncfl.core.client_state import ClientStateStore, relative_manifest, resolved_manifest
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.simulator import ON_CLIENT_ERROR, Simulator, sample_profiles
@@ -125,10 +125,13 @@ class FederatedTrainer:
             same virtual-time order either way: on CPU the weights are identical (needs the ``ray`` extra).
         client_state_budget: Bytes of per-client state (MOON's previous local models, FedDyn's corrections: the
             :class:`~lit_asyncfl.core.client_state.ClientStateStore` of the client callbacks that keep any) held in
-            memory; the least recently used entries beyond it are written to ``<log_dir>/client_state/``, and a
-            resumable checkpoint then refers to those files (written once, never copied into each checkpoint)
-            instead of holding the tensors. Where an entry lives never changes a result. ``None``: all in memory,
-            and checkpoints hold the tensors.
+            memory; the least recently used entries beyond it are written to ``<log_dir>/client_state/``. A
+            resumable checkpoint holds the entries in memory (so under the budget it is self-contained) and refers
+            to the files of the others (never copied into each checkpoint; named relative to the checkpoint, so the
+            run directory may be moved or copied whole). Where an entry lives never changes a result, and a run may
+            resume under another budget. A file that cannot be written (a full disk) ends the run with a
+            :class:`~lit_asyncfl.core.client_state.ClientStateError`, never blamed on a client. ``None``: all in
+            memory.
 
     Example:
         >>> from lit_asyncfl.algorithms import FedAsync
@@ -371,6 +374,7 @@ class FederatedTrainer:
             self._hooks.call("on_fit_start")
             if checkpoint is None:
                 sim.start()
+                self._hooks.raise_pending()  # a callback that raised during the first dispatches' evaluation
                 if not self.history:  # the scheduler may have evaluated the initial model already
                     self._hooks.evaluate(sim)
             self.run_started = True
@@ -383,10 +387,16 @@ class FederatedTrainer:
             self._finish(sim, loop_reason)
             self._hooks.call("on_fit_end")
         except BaseException as exc:
+            if self._hooks.pending is not None and self._hooks.pending is not exc:  # the event itself raised after
+                log.warning("lit_asyncfl: a run callback had raised earlier in the failing event: %r",
+                            self._hooks.pending)  # fmt: skip
+                exc.add_note(f"(a run callback had raised earlier in the same event: {self._hooks.pending!r})")
+                self._hooks.pending = None
             if self.run_started:  # else (a refused resume, a failing start) nothing of a run exists to write
                 self._summarize_failure(sim, exc)
-            self._hooks.call("on_exception", exc)
-            raise
+            for error in self._hooks.call_all("on_exception", exc):  # every callback's, whatever one raises
+                exc.add_note(f"(while handling it, on_exception of a run callback raised {error!r})")
+            raise  # the original exception, never one raised while handling it
         finally:
             if self.executor is not None:
                 self.executor.stop()  # the run's workers are released (kept for the next run, or ended)
@@ -449,10 +459,14 @@ class FederatedTrainer:
         flat.load(sim.server.weights)
         run: dict[str, Any] = {"version": sim.server.version, "virtual_time": sim.now}
         if not weights_only:
+            simulation = sim.state_dict()
+            if "client_state" in simulation:  # its files named relative to the checkpoint: the run dir may move
+                base = os.path.dirname(os.path.abspath(path))
+                simulation["client_state"] = relative_manifest(simulation["client_state"], base)
             run.update(
                 fingerprint=self._fingerprint,
                 monitor=self.evaluation.monitor_name,
-                simulation=sim.state_dict(),
+                simulation=simulation,
                 **self._resumable_history_and_callbacks(),
                 wall_seconds=self._wall_seconds(),
             )
@@ -498,9 +512,12 @@ class FederatedTrainer:
             "take no step; use fewer clients, a smaller batch_size or drop_last=False",
         )
         model.to(self.device)
+        probe_batch = next(iter(shards.batches(0, dm.batch_size, torch.Generator().manual_seed(self.seed))))
         if self.engine != "lightning":  # (a real Trainer per job may give training_step what a probe cannot)
-            probe_batch = next(iter(shards.batches(0, dm.batch_size, torch.Generator().manual_seed(self.seed))))
             check_model_fits_data(model, probe_batch, type(datamodule).__name__)
+        for cb in algo.client_callbacks:  # what a client callback can only check on a real batch (e.g. MOON's z)
+            if callable(getattr(cb, "check_batch", None)):
+                cb.check_batch(model, probe_batch)
         self.global_model = model
         self._flat = flat = FlatParameters(model)
         executor = build_executor(
@@ -547,14 +564,24 @@ class FederatedTrainer:
         self.evaluation.setup(model, flat.load, eval_loader(dm), self._wall_seconds, self.seed)
         self._final_state = None
         self._hooks.setup()
-        self._fingerprint = run_fingerprint(self, model, flat.numel, dm)
+        self._fingerprint = run_fingerprint(self, model, flat.numel, dm, flat.flat.dtype)
         self._hparams = run_hyperparameters(self, self._init_args, model, datamodule)
         return sim
 
     def _restore(self, checkpoint: dict[str, Any], path: str) -> None:
-        run = ckpt.run_entries(checkpoint, path, self._fingerprint)
-        assert self.simulator is not None and self.global_model is not None
-        self.simulator.load_state_dict(run["simulation"])
+        assert self.simulator is not None and self.global_model is not None and self._flat is not None
+        run = ckpt.run_entries(checkpoint, path, self._fingerprint, self._flat.flat)
+        dropped = int(run["simulation"].get("dropped", {}).get("client_error", 0))
+        check(
+            self.on_client_error == "drop" or dropped == 0,
+            f"checkpoint {path} was written with on_client_error='drop' after {dropped} failing job(s) were dropped: "
+            "a run with on_client_error='raise' would have stopped at the first; resume with on_client_error='drop'",
+        )
+        simulation = run["simulation"]
+        if "client_state" in simulation:
+            base = os.path.dirname(os.path.abspath(path))
+            simulation = {**simulation, "client_state": resolved_manifest(simulation["client_state"], base)}
+        self.simulator.load_state_dict(simulation)
         ckpt.restore_lightning_state(self.global_model, self._user_datamodule, checkpoint)
         self.evaluation.restore(run["history"], run["monitor"])
         self._wall_offset = float(run["wall_seconds"])
