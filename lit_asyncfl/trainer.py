@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 import time
 import warnings
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.loggers import Logger
@@ -561,12 +563,32 @@ class FederatedTrainer:
             availability=self.availability,
             client_state=self.client_state,
         )
+        self._check_some_device_comes_online(sim)
         self.evaluation.setup(model, flat.load, eval_loader(dm), self._wall_seconds, self.seed)
         self._final_state = None
         self._hooks.setup()
         self._fingerprint = run_fingerprint(self, model, flat.numel, dm, flat.flat.dtype)
         self._hparams = run_hyperparameters(self, self._init_args, model, datamodule)
         return sim
+
+    def _check_some_device_comes_online(self, sim: Simulator) -> None:
+        """Refuse an availability under which no update can ever arrive: no device ever online, or none before the
+        virtual-time budget (known at fit start; a trace is exact)."""
+        if self.availability.always_online:
+            return
+        first = self.availability.next_online(np.arange(self.num_clients), 0.0)
+        name = type(self.availability).__name__
+        check(
+            math.isfinite(first),
+            f"no device is ever online under the availability {name} (for {self.num_clients} clients): no update "
+            "can arrive; check the trace or the model's parameters",
+        )
+        check(
+            self.max_virtual_time is None or first <= self.max_virtual_time,
+            f"under the availability {name} the first device comes online at virtual time {first:g}, after "
+            f"max_virtual_time={self.max_virtual_time!r}: no update can arrive; raise max_virtual_time (or scale the "
+            "trace's time_scale)",
+        )
 
     def _restore(self, checkpoint: dict[str, Any], path: str) -> None:
         assert self.simulator is not None and self.global_model is not None and self._flat is not None
@@ -608,6 +630,15 @@ class FederatedTrainer:
                 f"stopped: the last {sim.stalled_arrivals} updates produced no new global version "
                 f"(rejection reasons so far: {sim.server.stats.reasons or 'none'}; jobs dropped: "
                 f"{dict(sim.dropped) or 'none'})",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        if loop_reason == "queue_empty" and not self.availability.always_online:
+            back = self.availability.next_online(np.arange(self.num_clients), sim.now)
+            warnings.warn(
+                f"stopped at virtual time {sim.now:g} (version {sim.server.version}) with nothing left to happen: "
+                f"{'no device is online again' if math.isinf(back) else f'no job in flight until {back:g}'} under "
+                f"the availability {type(self.availability).__name__}; jobs dropped: {dict(sim.dropped) or 'none'}",
                 RuntimeWarning,
                 stacklevel=3,
             )
