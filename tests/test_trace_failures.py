@@ -92,3 +92,17 @@ def test_undecodable_and_deeply_nested_traces_are_value_errors_naming_file_and_l
     for read in (read_availability_trace, read_capacity_trace):
         with pytest.raises(ValueError, match=message):
             read(path)
+
+
+def test_devices_offline_for_longer_than_the_old_search_come_back(tmp_path):
+    path = tmp_path / "late.csv"  # offline for the first 5,000 s (a FedScale day starts offline for hours)
+    path.write_text("device,start,end,period\na,5000,60000,86400\nb,7000,9000,\n")
+    availability = TraceAvailability(str(path))
+    availability.setup(2, seed=0)
+    assert availability.next_online([0], 0.0) == 5000.0 and availability.next_online([1], 0.0) == 7000.0
+    assert availability.next_online([0], 60000.0) == 86400.0 + 5000.0  # by hand: the next period's start
+    assert availability.next_online([1], 9000.0) == float("inf")  # not periodic: gone for good
+    trainer = make_trainer(tmp_path, FedAsync(concurrency=2), num_clients=4, max_versions=3,
+                           availability=TraceAvailability(str(path)))  # fmt: skip
+    trainer.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule())
+    assert trainer.summary["versions"] == 3  # before: 0 versions, stop_reason 'queue_empty'
