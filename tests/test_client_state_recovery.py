@@ -95,3 +95,21 @@ def test_a_full_disk_while_spilling_ends_the_run_and_is_not_blamed_on_a_client(t
     with pytest.raises(ClientStateError, match=r"could not write client state to .*No space left on device.*the run's "
                                                r"disk failed, not a client"):  # fmt: skip
         _full(tmp_path, "moon", client_state_budget=0, on_client_error="drop")
+
+
+@pytest.mark.parametrize("name", sorted(MAKE))
+def test_results_and_resumes_do_not_depend_on_when_wall_clock_checkpoints_happen(tmp_path, name):
+    """The flaky resume (issue 34, item 6): the only wall-clock input of a run is when its periodic checkpoints are
+    written (``checkpoint_every_seconds``), and writing one used to write the store's resident entries to files
+    and rotate its pins. A checkpoint after every event (what a loaded machine approaches) and none at all must give
+    the same weights, and so must a resume from either."""
+    never = _full(tmp_path / "never", name, client_state_budget=0, checkpoint_every_seconds=None)
+    always = _full(tmp_path / "always", name, client_state_budget=0, checkpoint_every=1)
+    assert torch.equal(global_weights(always), global_weights(never))
+    for budget, every in [(0, 1), (0, None), (2**30, 1)]:
+        first = tmp_path / f"first-{budget}-{every}"
+        _full(first, name, client_state_budget=budget, checkpoint_every=every, checkpoint_every_seconds=None,
+              max_versions=VERSIONS // 2)  # fmt: skip
+        resumed = _resume(tmp_path / f"resumed-{budget}-{every}", name, next(first.rglob("last.ckpt")),
+                          client_state_budget=budget, checkpoint_every=every)  # fmt: skip
+        assert torch.equal(global_weights(resumed), global_weights(never)), (budget, every)
