@@ -100,7 +100,8 @@ class FederatedTrainer:
             written, then a :class:`~lit_asyncfl.core.simulator.ClientJobError` naming the client is raised);
             ``"drop"`` drops the job (summary ``updates_dropped`` and ``drop_reasons["client_error"]``, a warning
             per job, the device idle again; synchronous rounds close with the members that answered) and goes
-            on. ``"drop"`` needs ``engine="fast"`` or ``"lightning"`` (a cohort trains its jobs in one call).
+            on. ``"drop"`` needs ``engine="fast"`` or ``"lightning"`` (a cohort trains its jobs in one call). A
+            checkpoint of a ``"raise"`` run may be resumed with ``"drop"`` (not the reverse once jobs were dropped).
         num_threads: Intra-op threads (``torch.set_num_threads``) for the run; ``None``: the engine's default, one
             thread for ``fast`` and ``lightning`` (a client update is too small to split over threads, and extra
             threads slow it down as soon as another process competes for the cores), also for ``cohort``, which
