@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from lit_asyncfl.checks import check, check_int
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.data.shards import dataset_tensors
-from lit_asyncfl.validation_loop import run_evaluation
+from lit_asyncfl.loops.validation_loop import run_evaluation
 
 
 def find_metric_name(metrics: dict[str, Any], kind: str) -> str | None:

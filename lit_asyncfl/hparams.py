@@ -8,6 +8,8 @@ import lightning as L
 import torch
 
 from lit_asyncfl.core.client_state import ClientStateStore
+from lit_asyncfl.engines.base import parse_optimizers
+from lit_asyncfl.loops.job_trainer import JobTrainer
 
 _SKIP = object()
 #: Never part of a configuration: data, modules, and the per-client state store (where state lives, in memory or on
@@ -117,9 +119,6 @@ def optimizer_fingerprint(model: L.LightningModule, engine: str) -> dict[str, An
         >>> fp["class"], fp["groups"][0]["lr"]
         ('SGD', 0.5)
     """
-    from lit_asyncfl.client.engine_base import parse_optimizers  # here: the client package imports this module
-    from lit_asyncfl.client.job_trainer import JobTrainer
-
     attached = model._trainer is not None
     if not attached:
         model._trainer = JobTrainer(engine)

@@ -28,10 +28,6 @@ from lit_asyncfl.availability import AlwaysAvailable, Availability
 from lit_asyncfl.callbacks import Callback, ModelCheckpoint, RunCheckpoint
 from lit_asyncfl.callbacks.connector import CallbackConnector, configure_callbacks
 from lit_asyncfl.checks import check, check_bool, check_choice, check_int, check_number, check_path
-from lit_asyncfl.client.contract import check_lightning_contract, check_model_fits_data
-from lit_asyncfl.client.engines import DEFAULT_NUM_THREADS, build_executor, check_engine, resolve_device
-from lit_asyncfl.client.ray_executor import RayExecutor, check_executor
-from lit_asyncfl.client.sequential import SequentialExecutor
 from lit_asyncfl.core.client_state import ClientStateStore, relative_manifest, resolved_manifest
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.server import Server
@@ -40,8 +36,12 @@ from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
 from lit_asyncfl.devices import DeviceModel, UniformRatio
 from lit_asyncfl.evaluation import GlobalEvaluation, eval_loader, evaluate_stage
+from lit_asyncfl.executors.factory import DEFAULT_NUM_THREADS, build_executor, check_engine, resolve_device
+from lit_asyncfl.executors.ray.executor import RayExecutor, check_executor
+from lit_asyncfl.executors.sequential import SequentialExecutor
 from lit_asyncfl.hparams import run_fingerprint, run_hyperparameters
 from lit_asyncfl.loggers import claim_log_dir, resolve_loggers
+from lit_asyncfl.loops.contract import check_lightning_contract, check_model_fits_data
 from lit_asyncfl.reporting import run_summary
 
 log = logging.getLogger("lit_asyncfl")

@@ -19,8 +19,9 @@ from conftest import global_weights, make_trainer  # noqa: E402
 
 from lit_asyncfl.algorithms import ASFL, get_algorithm  # noqa: E402
 from lit_asyncfl.callbacks import Callback  # noqa: E402
-from lit_asyncfl.client.ray_executor import RayExecutor, _Wire  # noqa: E402
+from lit_asyncfl.client.ray_executor import RayExecutor  # noqa: E402
 from lit_asyncfl.data import DigitsDataModule  # noqa: E402
+from lit_asyncfl.executors.ray.wire import _Wire  # noqa: E402
 from lit_asyncfl.mobility import MobileEdgeDevices  # noqa: E402
 from lit_asyncfl.models import LeNet5  # noqa: E402
 from lit_asyncfl.rl import FixedAction  # noqa: E402

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
-from lit_asyncfl.client.callbacks import ProximalTerm
-from lit_asyncfl.client.staleness_callbacks import DecayedCorrection, DelayAdaptiveStepSize
+from lit_asyncfl.client_callbacks.base import ProximalTerm
+from lit_asyncfl.client_callbacks.staleness import DecayedCorrection, DelayAdaptiveStepSize
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
 from lit_asyncfl.server.aggregators import DeltaAverage
 from lit_asyncfl.server.data_fraction import DataFractionWeight

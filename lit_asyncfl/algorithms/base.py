@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lit_asyncfl.checks import check_str
-from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.schedulers.base import Scheduler
 from lit_asyncfl.server.aggregators import Aggregator
 from lit_asyncfl.server.base import ServerCallback

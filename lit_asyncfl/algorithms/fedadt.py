@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_fraction, check_int, check_number
-from lit_asyncfl.client.callbacks import LearningRateDecay
+from lit_asyncfl.client_callbacks.base import LearningRateDecay
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
 from lit_asyncfl.server.aggregators import Mixing
 from lit_asyncfl.server.distillation import DistillationCorrection

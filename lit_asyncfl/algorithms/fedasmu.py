@@ -6,8 +6,8 @@ from typing import Any
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_bool, check_int, check_number
-from lit_asyncfl.client.fresh_merge import FreshModelMerge
-from lit_asyncfl.client.time_slots import TimeSlotSelector
+from lit_asyncfl.client_callbacks.fresh_merge import FreshModelMerge
+from lit_asyncfl.rl.time_slots import TimeSlotSelector
 from lit_asyncfl.schedulers.periodic import PeriodicTrigger
 from lit_asyncfl.server.aggregators import Mixing
 from lit_asyncfl.server.dynamic_weight import DynamicStalenessWeight

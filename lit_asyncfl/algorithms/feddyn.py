@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_number
-from lit_asyncfl.client.client_state_callbacks import DynamicRegularizer
+from lit_asyncfl.client_callbacks.client_state import DynamicRegularizer
 from lit_asyncfl.schedulers.rounds import SynchronousRounds
 from lit_asyncfl.server.aggregators import ModelAverage
 from lit_asyncfl.server.feddyn import DynamicCorrection

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import hyperparameters
 from lit_asyncfl.algorithms.fedavg import FedAvg
-from lit_asyncfl.client.callbacks import ProximalTerm
+from lit_asyncfl.client_callbacks.base import ProximalTerm
 
 
 class FedProx(FedAvg):

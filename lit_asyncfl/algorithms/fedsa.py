@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_choice, check_int
-from lit_asyncfl.client.staleness_callbacks import ParticipationLearningRate
+from lit_asyncfl.client_callbacks.staleness import ParticipationLearningRate
 from lit_asyncfl.functional.fedsa import FREQUENCIES
 from lit_asyncfl.schedulers.buffered_concurrency import BufferedConcurrency
 from lit_asyncfl.server.aggregators import ModelAverage

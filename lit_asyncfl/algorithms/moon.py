@@ -6,7 +6,7 @@ from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.algorithms.fedasync import FedAsync
 from lit_asyncfl.algorithms.fedavg import FedAvg
 from lit_asyncfl.checks import check, check_bool
-from lit_asyncfl.client.client_state_callbacks import ModelContrastive
+from lit_asyncfl.client_callbacks.client_state import ModelContrastive
 
 
 class MOON(Algorithm):

@@ -13,6 +13,7 @@ may also crash jobs at random (``crash_probability``, counted under ``"crash"``)
 
 from lit_asyncfl.availability.base import AlwaysAvailable, Availability
 from lit_asyncfl.availability.markov import MarkovOnOff
+from lit_asyncfl.availability.prediction import SessionPredictor
 from lit_asyncfl.availability.slots import Bernoulli, Diurnal, SlotAvailability
 from lit_asyncfl.availability.trace import TraceAvailability
 
@@ -22,6 +23,7 @@ __all__ = [
     "Bernoulli",
     "Diurnal",
     "MarkovOnOff",
+    "SessionPredictor",
     "SlotAvailability",
     "TraceAvailability",
 ]

@@ -154,12 +154,13 @@ class Server:
         if not self.aggregator.buffer:
             return False
         updates = [u for u, _ in self.aggregator.buffer]
-        new_weights = self.aggregator.aggregate(self)
         if self._step_callbacks:
-            step = new_weights - self.weights
+            step = self.aggregator.aggregate_step(self)  # as computed: not rebuilt as (w + step) - w
             for cb in self._step_callbacks:
                 step = cb.transform_aggregate(self, step, updates)
             new_weights = self.weights + step
+        else:
+            new_weights = self.aggregator.aggregate(self)
         self.aggregator.buffer = []
         if not bool(torch.isfinite(new_weights).all()):
             # A transform or weight produced a non-finite model: keep the current one, count the updates.

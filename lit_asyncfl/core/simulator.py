@@ -14,7 +14,7 @@ from torch import Tensor
 
 from lit_asyncfl.availability import AlwaysAvailable, Availability
 from lit_asyncfl.checks import check_choice, check_int
-from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.client_state import ClientStateError
 from lit_asyncfl.core.clock import Event, EventQueue
 from lit_asyncfl.core.seeding import derive_seed

@@ -1,6 +1,6 @@
 """Data modules, partitioners and client shards."""
 
-from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule, split_dataset
+from lit_asyncfl.data.base import ClientTransform, FederatedDataModule, PartitionedDataModule, split_dataset
 from lit_asyncfl.data.digits import DigitsDataModule
 from lit_asyncfl.data.imdb import IMDbDataModule
 from lit_asyncfl.data.partition import (
@@ -16,7 +16,7 @@ from lit_asyncfl.data.partition import (
     partition_counts,
 )
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
-from lit_asyncfl.data.synthetic import SyntheticDataModule, generate_synthetic
+from lit_asyncfl.data.synthetic import SyntheticClient, SyntheticDataModule, generate_synthetic
 from lit_asyncfl.data.tabular import BreastCancerDataModule, DiabetesDataModule, TabularDataModule
 from lit_asyncfl.data.vision import (
     CIFAR10DataModule,
@@ -34,6 +34,7 @@ __all__ = [
     "CIFAR10DataModule",
     "CIFAR100DataModule",
     "ClientShards",
+    "ClientTransform",
     "DatasetShards",
     "DiabetesDataModule",
     "DigitsDataModule",
@@ -49,6 +50,7 @@ __all__ = [
     "RareClassOnSlowClients",
     "Shards",
     "SpeedMatched",
+    "SyntheticClient",
     "SyntheticDataModule",
     "TabularDataModule",
     "TinyImageNetDataModule",

@@ -1,5 +1,6 @@
 """Pure functions: every formula of the library lives here once, and algorithms compose them."""
 
+from lit_asyncfl.functional.adaptive import AdaptiveStep
 from lit_asyncfl.functional.aggregation import mix, weighted_average
 from lit_asyncfl.functional.staleness import (
     STALENESS_FUNCTIONS,
@@ -12,6 +13,7 @@ from lit_asyncfl.functional.staleness import (
 
 __all__ = [
     "STALENESS_FUNCTIONS",
+    "AdaptiveStep",
     "constant_staleness",
     "exponential_staleness",
     "hinge_staleness",

@@ -2,6 +2,8 @@
 
 from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 from lit_asyncfl.schedulers.buffered_concurrency import BufferedConcurrency
+from lit_asyncfl.schedulers.compass import CompassScheduler
+from lit_asyncfl.schedulers.deadline_rounds import AvailabilityPrioritySelection, DeadlineRounds
 from lit_asyncfl.schedulers.k_async import KAsync
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
 from lit_asyncfl.schedulers.periodic import PeriodicTrigger
@@ -16,7 +18,10 @@ from lit_asyncfl.schedulers.selection import (
 from lit_asyncfl.schedulers.semi_async import SemiAsyncRounds
 
 __all__ = [
+    "AvailabilityPrioritySelection",
     "BufferedConcurrency",
+    "CompassScheduler",
+    "DeadlineRounds",
     "DeadlineSelection",
     "KAsync",
     "KeepConcurrency",

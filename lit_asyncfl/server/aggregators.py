@@ -51,6 +51,16 @@ class Aggregator:
         """Return the new global weights from the buffered updates (the buffer is non-empty)."""
         raise NotImplementedError
 
+    def aggregate_step(self, server: Server) -> Tensor:
+        """Return the step of the aggregation, ``aggregate(server) - server.weights`` (the buffer is non-empty).
+
+        The server asks for the step rather than the model when server callbacks transform it (a server optimizer).
+        Aggregators that move the model by a sum of client deltas override it to return that sum as computed:
+        rebuilding it as ``(w + step) - w`` in float32 rounds it to the spacing of ``w``'s values, an error
+        that an adaptive step (FADAS's AMSGrad divides by the step's own scale) turns into a large one.
+        """
+        return self.aggregate(server) - server.weights
+
     def on_aggregated(self, server: Server, updates: list[ClientUpdate]) -> None:
         """Called once the server has applied the model :meth:`aggregate` returned (never when it refused a
         non-finite one): commit here any state learned from the buffer, so that a refused step teaches nothing."""
@@ -132,9 +142,15 @@ class DeltaAverage(Aggregator):
         self.normalize = normalize
 
     def aggregate(self, server: Server) -> Tensor:
+        return self._accumulate(server.weights.clone())
+
+    def aggregate_step(self, server: Server) -> Tensor:
+        return self._accumulate(server.weights.new_zeros(server.weights.shape))
+
+    def _accumulate(self, out: Tensor) -> Tensor:
+        r"""Add :math:`\eta_g \frac{1}{K} \sum_i p_i \Delta_i` to ``out`` in place."""
         total = sum(w for _, w in self.buffer) if self.normalize else len(self.buffer)
-        step = server.weights.clone()
         if total > 0:
             for update, weight in self.buffer:
-                step.add_(update.delta, alpha=self.server_lr * weight / total)
-        return step
+                out.add_(update.delta, alpha=self.server_lr * weight / total)
+        return out

@@ -91,9 +91,12 @@ class CalibratedDeltaAverage(Aggregator):
         self.staged[update.client] = delta
 
     def aggregate(self, server: Server) -> Tensor:
+        return server.weights + self.aggregate_step(server)
+
+    def aggregate_step(self, server: Server) -> Tensor:
         direction = calibrated_update(self.cache_mean, self.residuals)
         self._aggregated, self.staged, self.residuals = self.staged, {}, []
-        return server.weights + self.server_lr * direction
+        return self.server_lr * direction
 
     def on_aggregated(self, server: Server, updates: list[ClientUpdate]) -> None:
         for client, delta in (self._aggregated or {}).items():

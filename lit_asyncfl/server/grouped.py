@@ -76,10 +76,15 @@ class GroupedDeltaStep(Aggregator):
         self.routes.pop(int(job_id), None)
 
     def aggregate(self, server: Server) -> Tensor:
+        return self._accumulate(server, server.weights)
+
+    def aggregate_step(self, server: Server) -> Tensor:
+        return self._accumulate(server, server.weights.new_zeros(server.weights.shape))
+
+    def _accumulate(self, server: Server, start: Tensor) -> Tensor:
         deltas = [u.delta * w for u, w in self.buffer]
         staleness = [server.version - u.base_version for u, _ in self.buffer]
-        return compass_update(server.weights, deltas, staleness, self.alpha, self.staleness_exponent,
-                              server.num_clients)  # fmt: skip
+        return compass_update(start, deltas, staleness, self.alpha, self.staleness_exponent, server.num_clients)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

@@ -54,9 +54,15 @@ class StaleAwareAverage(Aggregator):
         ]  # fmt: skip
 
     def aggregate(self, server: Server) -> Tensor:
+        return self._accumulate(server, server.weights.clone())
+
+    def aggregate_step(self, server: Server) -> Tensor:
+        return self._accumulate(server, server.weights.new_zeros(server.weights.shape))
+
+    def _accumulate(self, server: Server, step: Tensor) -> Tensor:
+        r"""Add :math:`\sum_i q_i \Delta_i / \sum_i q_i` to ``step`` in place."""
         q = self.weights(server)
         total = sum(q)
-        step = server.weights.clone()
         if total > 0:
             for (update, _), weight in zip(self.buffer, q):
                 step.add_(update.delta, alpha=weight / total)

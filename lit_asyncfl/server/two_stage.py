@@ -77,10 +77,13 @@ class TwoStageWeightedStep(Aggregator):
         self.previous = self._staged = None
 
     def aggregate(self, server: Server) -> Tensor:
+        return server.weights + self.aggregate_step(server)
+
+    def aggregate_step(self, server: Server) -> Tensor:
         self._staged = None
         entries = [(u, w) for u, w in self.buffer if w > 0]
         if not entries:
-            return server.weights
+            return server.weights.new_zeros(server.weights.shape)
         previous = self.previous if self.previous is not None else torch.zeros_like(server.weights)
         grads = [clip_norm(-u.delta + self.momentum * previous, self.first_clip) for u, _ in entries]
         staleness = [server.version - u.base_version + 1 for u, _ in entries]
@@ -89,7 +92,7 @@ class TwoStageWeightedStep(Aggregator):
         )
         self._staged = step
         self.last_lr = adaptive_lr(self.server_lr, min(staleness), self.lr_decay)
-        return server.weights - self.last_lr * step
+        return -self.last_lr * step
 
     def on_aggregated(self, server: Server, updates: list[ClientUpdate]) -> None:
         if self._staged is not None:  # None: every update was weighted 0, the model did not move

@@ -8,16 +8,16 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from lit_asyncfl.client.callbacks import ClientCallback
-from lit_asyncfl.client.engine_base import LocalEngine, parse_optimizers
+from lit_asyncfl.client_callbacks.base import ClientCallback
+from lit_asyncfl.engines.base import LocalEngine, parse_optimizers
 
 __all__ = ["LocalTrainer", "parse_optimizers"]
-from lit_asyncfl.client.job_trainer import JobTrainer
-from lit_asyncfl.client.kernels import OneDNN
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.core.workspace import _no_log
 from lit_asyncfl.data.shards import ClientShards, DatasetShards, steps_per_epoch
-from lit_asyncfl.validation_loop import JobLog
+from lit_asyncfl.engines.kernels import OneDNN
+from lit_asyncfl.loops.job_trainer import JobTrainer
+from lit_asyncfl.loops.validation_loop import JobLog
 
 
 class LocalTrainer(LocalEngine):

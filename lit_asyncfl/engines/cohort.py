@@ -12,13 +12,13 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 from torchmetrics import Metric
 
-from lit_asyncfl.client.callbacks import ClientCallback, LearningRateDecay, ProximalTerm
-from lit_asyncfl.client.engine_base import LocalEngine, generators_kept, parse_optimizers
-from lit_asyncfl.client.job_trainer import JobTrainer
-from lit_asyncfl.client.kernels import OneDNN
+from lit_asyncfl.client_callbacks.base import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
-from lit_asyncfl.validation_loop import JobLog
+from lit_asyncfl.engines.base import LocalEngine, generators_kept, parse_optimizers
+from lit_asyncfl.engines.kernels import OneDNN
+from lit_asyncfl.loops.job_trainer import JobTrainer
+from lit_asyncfl.loops.validation_loop import JobLog
 
 #: Client callbacks the cohort engine applies itself (as gradient or learning-rate terms).
 SUPPORTED_CALLBACKS = (ProximalTerm, LearningRateDecay)

@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torchmetrics import Metric
 
-from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.core.workspace import ModelWorkspace, _no_log

@@ -17,15 +17,16 @@ import torch
 from torch import Tensor
 
 from lit_asyncfl.checks import check_number
-from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.client_state import ClientStateStore
-from lit_asyncfl.core.workspace import ModelWorkspace
+from lit_asyncfl.core.workspace import ModelWorkspace, _no_log
 from lit_asyncfl.functional.contrastive import model_contrastive_loss
 from lit_asyncfl.functional.feddyn import feddyn_client_state
+from lit_asyncfl.loops.job_trainer import JobTrainer
 
 if TYPE_CHECKING:
-    from lit_asyncfl.client.fast_engine import LocalTrainer
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
+    from lit_asyncfl.engines.fast import LocalTrainer
 
 
 class _StatefulClientCallback(ClientCallback):
@@ -117,9 +118,6 @@ class ModelContrastive(_StatefulClientCallback):
         """At fit start, on a real client batch (a copy of the module; no trace left): refuse a ``training_step``
         that never calls ``representation`` or a representation that depends on no trainable parameter (e.g.
         ``LogisticRegression``), instead of failing at the first job and blaming its client."""
-        from lit_asyncfl.client.job_trainer import JobTrainer  # here: as the contract check imports it
-        from lit_asyncfl.core.workspace import _no_log
-
         probe = copy.deepcopy(module)
         probe.log = probe.log_dict = _no_log  # type: ignore[method-assign,assignment]
         probe._trainer = JobTrainer("fast", 1, 1)

@@ -16,13 +16,13 @@ import torch
 from torch import Tensor
 
 from lit_asyncfl.checks import check_choice, check_fraction, check_number
-from lit_asyncfl.client.callbacks import ClientCallback
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.functional.asofed import asofed_correction, asofed_step_size, running_mean
 from lit_asyncfl.functional.fedsa import FREQUENCIES, fedsa_learning_rate
 
 if TYPE_CHECKING:
-    from lit_asyncfl.client.fast_engine import LocalTrainer
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
+    from lit_asyncfl.engines.fast import LocalTrainer
 
 
 def _scale_lr(trainer: LocalTrainer, factor: float) -> None:

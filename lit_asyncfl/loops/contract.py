@@ -13,9 +13,9 @@ import torch.utils._pytree as pytree
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from lit_asyncfl.client.engine_base import parse_optimizers
-from lit_asyncfl.client.job_trainer import JobTrainer
 from lit_asyncfl.core.workspace import _no_log
+from lit_asyncfl.engines.base import parse_optimizers
+from lit_asyncfl.loops.job_trainer import JobTrainer
 
 _log = logging.getLogger("lit_asyncfl")
 

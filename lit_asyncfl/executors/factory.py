@@ -10,15 +10,15 @@ import lightning as L
 import torch
 
 from lit_asyncfl.checks import check, check_int
-from lit_asyncfl.client.callbacks import ClientCallback
-from lit_asyncfl.client.cohort import CohortExecutor, CohortTrainer
-from lit_asyncfl.client.fast_engine import LocalTrainer
-from lit_asyncfl.client.kernels import choose_onednn
-from lit_asyncfl.client.lightning_engine import LightningLocalTrainer
-from lit_asyncfl.client.ray_executor import RayExecutor
-from lit_asyncfl.client.sequential import SequentialExecutor
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
+from lit_asyncfl.engines.cohort import CohortExecutor, CohortTrainer
+from lit_asyncfl.engines.fast import LocalTrainer
+from lit_asyncfl.engines.kernels import choose_onednn
+from lit_asyncfl.engines.lightning import LightningLocalTrainer
+from lit_asyncfl.executors.ray.executor import RayExecutor
+from lit_asyncfl.executors.sequential import SequentialExecutor
 
 #: Engine name -> local trainer class.
 ENGINES: dict[str, type] = {"fast": LocalTrainer, "lightning": LightningLocalTrainer, "cohort": CohortTrainer}

@@ -9,14 +9,14 @@ import torch
 from torch import Tensor
 
 from lit_asyncfl.checks import check, check_finite, check_number
-from lit_asyncfl.client.callbacks import ClientCallback
-from lit_asyncfl.client.time_slots import TimeSlotSelector
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.functional.aggregation import mix
 from lit_asyncfl.functional.fedasmu import fedasmu_beta, fedasmu_beta_grads, fedasmu_phi
+from lit_asyncfl.rl.time_slots import TimeSlotSelector
 
 if TYPE_CHECKING:
-    from lit_asyncfl.client.fast_engine import LocalTrainer
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
+    from lit_asyncfl.engines.fast import LocalTrainer
 
 
 def _loss(module: Any, batch: Any) -> Tensor:

@@ -6,8 +6,8 @@ from typing import Any
 
 from torch import Tensor
 
-from lit_asyncfl.client.engine_base import generators_kept
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.engines.base import generators_kept
 
 
 class SequentialExecutor:

@@ -15,12 +15,12 @@ from lightning.pytorch.strategies import SingleDeviceStrategy
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from lit_asyncfl.client.callbacks import ClientCallback
-from lit_asyncfl.client.engine_base import LocalEngine
-from lit_asyncfl.client.kernels import OneDNN
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.data.shards import ClientShards, DatasetShards, steps_per_epoch
-from lit_asyncfl.validation_loop import JobLog
+from lit_asyncfl.engines.base import LocalEngine
+from lit_asyncfl.engines.kernels import OneDNN
+from lit_asyncfl.loops.validation_loop import JobLog
 
 #: Flags of every per-update ``lightning.Trainer``: nothing but the training loop.
 TRAINER_FLAGS: dict[str, Any] = {

@@ -17,6 +17,8 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.functional.classification import multiclass_accuracy
 
+from lit_asyncfl.loops.job_trainer import JobTrainer
+
 #: Stage -> (hook prefix, step method, metric prefix of the logits fallback).
 STAGES = {"val": ("validation", "validation_step"), "test": ("test", "test_step")}
 _REDUCTIONS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
@@ -222,8 +224,6 @@ def run_evaluation(
     log = EpochLog(len(dataloaders))
     was_training = module.training
     module.log, module.log_dict = log.log, log.log_dict  # type: ignore[method-assign]
-    from lit_asyncfl.client.job_trainer import JobTrainer  # here: the client package imports this module
-
     stand_in = module._trainer is None
     if stand_in:  # self.trainer reads what a Trainer validating these weights would say
         module._trainer = JobTrainer("fast", stage="validate" if stage == "val" else "test", global_step=global_step)

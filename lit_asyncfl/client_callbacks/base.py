@@ -10,9 +10,9 @@ from torch import Tensor
 from lit_asyncfl.checks import check_fraction, check_number
 
 if TYPE_CHECKING:
-    from lit_asyncfl.client.fast_engine import LocalTrainer
     from lit_asyncfl.core.client_state import ClientStateStore
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
+    from lit_asyncfl.engines.fast import LocalTrainer
 
 
 class ClientCallback:

@@ -1,0 +1,23 @@
+"""Client callbacks: hooks into each client job's local training (``Algorithm.client_callbacks``).
+
+The base class and the generic ones (:class:`ClientCallback`, :class:`ProximalTerm`, :class:`LearningRateDecay`),
+staleness-aware learning rates and corrections (ASO-Fed, FedSA), callbacks with per-client state (MOON, FedDyn) and
+FedASMU's fresh-model merge.
+"""
+
+from lit_asyncfl.client_callbacks.base import ClientCallback, LearningRateDecay, ProximalTerm
+from lit_asyncfl.client_callbacks.client_state import DynamicRegularizer, ModelContrastive
+from lit_asyncfl.client_callbacks.fresh_merge import FreshModelMerge
+from lit_asyncfl.client_callbacks.staleness import DecayedCorrection, DelayAdaptiveStepSize, ParticipationLearningRate
+
+__all__ = [
+    "ClientCallback",
+    "DecayedCorrection",
+    "DelayAdaptiveStepSize",
+    "DynamicRegularizer",
+    "FreshModelMerge",
+    "LearningRateDecay",
+    "ModelContrastive",
+    "ParticipationLearningRate",
+    "ProximalTerm",
+]

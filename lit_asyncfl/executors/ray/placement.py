@@ -1,0 +1,250 @@
+"""The Ray executor's placement: which jobs leave the simulation's process, how they are grouped into tasks, and
+which worker (or this process, ``train_locally``) trains each task when; results wait here until their jobs are
+consumed. Which jobs form a task depends only on the order of submits and results, never on wall-clock time."""
+
+from __future__ import annotations
+
+import heapq
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.engines.base import generators_kept
+from lit_asyncfl.executors.ray.wire import _Wire
+from lit_asyncfl.executors.ray.worker import _apply_torch_settings, _torch_settings
+
+#: How many times a job whose worker died is recomputed on a new worker before the job fails.
+MAX_WORKER_FAILURES = 3
+
+#: Tasks placed on one worker at a time: one training, one waiting (it hides the round trip). Every other shipped
+#: task waits in this process, earliest expected arrival first, and goes to whichever worker frees up first.
+TASKS_PER_WORKER = 2
+
+
+@dataclass
+class _Shipped:
+    """One task (shared by the jobs of a cohort task): its jobs, the expected arrival of the earliest one, how often
+    a worker died computing it and, once placed on a worker, the result's reference and the worker."""
+
+    batch: list[int]  # the task's jobs (several with the cohort engine)
+    key: float
+    failures: int = 0
+    jobs: list[ClientJob] | None = None  # the jobs and their start models, until the task is received
+    starts: list[Tensor] | None = None
+    ref: Any = None
+    worker: int = -1
+    actor: Any = None
+
+
+@dataclass
+class _Failed:
+    """A job's result when its task raised on a worker: raised when the job is consumed, as sequentially."""
+
+    error: BaseException
+
+
+class _Placement:
+    """The shipping half of :class:`~lit_asyncfl.executors.ray.executor.RayExecutor` (its base class): the queue
+    of jobs not shipped yet, the tasks waiting for a worker, the tasks on workers and the received results. The run's
+    state it works on is set by ``RayExecutor.start`` and cleared by ``RayExecutor.stop``."""
+
+    _ray: Any
+    _workers: list[Any]
+    _local: Any
+    _device: torch.device
+    _threads: int
+    _settings: dict[str, Any]
+    _ship_all: bool
+    _cohort: bool
+    _window: int
+    cohort_size: int
+    train_locally: bool
+    stats: dict[str, float]
+    _pending: dict[int, tuple[ClientJob, Tensor]]
+    _queue: list[tuple[float, int]]
+    _shipped: dict[int, _Shipped]
+    _waiting: list[tuple[float, int, _Shipped]]
+    _running: dict[Any, _Shipped]
+    _done: dict[int, ClientUpdate | _Failed]
+    _versions: dict[int, Any]
+    _busy: list[int]
+    _order: Any
+    _trained_here: set[int]
+
+    def _remote(self, job: ClientJob) -> bool:
+        """Whether a job is computed on a worker (else here, at its event)."""
+        return self._ship_all and job.request_step is None
+
+    def _local_trainer(self) -> Any:
+        """The engine of the jobs trained in this process (built at the run's start, see :meth:`start`)."""
+        assert self._local is not None
+        return self._local
+
+    def _fill(self) -> None:
+        """Ship queued jobs, earliest expected arrival first, while the window has room.
+
+        Which jobs form a task depends only on the order of submits and results (never on wall-clock time), so
+        cohorts are deterministic; where and when a task trains does not change its result."""
+        room = self._window - len(self._shipped)
+        if self._cohort:
+            while self._queue and len(self._queue) >= self.cohort_size and room > 0:
+                batch = [heapq.heappop(self._queue)[1] for _ in range(self.cohort_size)]
+                self._ship(batch, popped=True)
+                room -= len(batch)
+        else:
+            while self._queue and room > 0:
+                self._ship([heapq.heappop(self._queue)[1]], popped=True)
+                room -= 1
+        self._place()
+
+    def _ship(self, job_ids: list[int], failures: int = 0, popped: bool = False, place: bool = True) -> None:
+        """Make jobs one task, to be placed on the next free worker (``popped``: already taken off the queue;
+        ``place=False``: not yet, as this process is about to train it)."""
+        if self._cohort and len(job_ids) == 1 and self._queue and failures == 0:  # a needed job takes queued ones
+            self._queue = [(t, k) for t, k in self._queue if k != job_ids[0]]
+            heapq.heapify(self._queue)
+            while self._queue and len(job_ids) < self.cohort_size:
+                job_ids.append(heapq.heappop(self._queue)[1])
+        elif not popped:  # (a scan of the queue only for a job needed before its turn, or shipped again)
+            self._queue = [(t, k) for t, k in self._queue if k not in job_ids]
+            heapq.heapify(self._queue)
+        jobs = [self._pending[k][0] for k in job_ids]
+        starts = [self._pending[k][1] for k in job_ids]
+        shipped = _Shipped(list(job_ids), min(job.arrival_time for job in jobs), failures, jobs, starts)
+        for k in job_ids:
+            self._shipped[k] = shipped
+        heapq.heappush(self._waiting, (shipped.key, next(self._order), shipped))
+        self.stats["max_results_waiting"] = max(self.stats["max_results_waiting"], len(self._shipped))
+        if place:
+            self._place()
+
+    def _place(self) -> None:
+        """Put waiting tasks, earliest expected arrival first, on workers with fewer than TASKS_PER_WORKER tasks."""
+        while self._waiting:
+            worker = min(range(len(self._workers)), key=self._busy.__getitem__)
+            if self._busy[worker] >= TASKS_PER_WORKER:
+                return
+            shipped = heapq.heappop(self._waiting)[2]
+            if not self._live(shipped):  # every job of it was cancelled before it left
+                continue
+            assert shipped.jobs is not None and shipped.starts is not None
+            jobs = shipped.jobs  # (a cohort trains whole, cancelled jobs too: its results stay the same)
+            starts = [self._start_ref(start) for start in shipped.starts]
+            actor = self._workers[worker]
+            if self._cohort:
+                shipped.ref = actor.train_many.remote(jobs, *starts)
+            else:
+                shipped.ref = actor.train.remote(jobs[0], starts[0])
+            shipped.worker, shipped.actor = worker, actor
+            self._running[shipped.ref] = shipped
+            self._busy[worker] += 1
+
+    def _live(self, shipped: _Shipped) -> bool:
+        """Whether any job of a task is still wanted."""
+        return any(self._shipped.get(k) is shipped for k in shipped.batch)
+
+    def _start_ref(self, start: Tensor) -> Any:
+        """The object-store reference of a start model (a global version's snapshot): put once, the first time a
+        job starting from it is shipped, and dropped when the simulation lets go of the snapshot."""
+        key = id(start)
+        if key not in self._versions:
+            self._versions[key] = self._ray.put(_Wire.of(start))
+            weakref.finalize(start, self._versions.pop, key, None)
+        return self._versions[key]
+
+    def _collect(self, job_id: int) -> ClientUpdate | _Failed:
+        """Wait for a shipped job's result, receiving every other task that finishes meanwhile (its worker gets
+        the next waiting task at once)."""
+        ray = self._ray
+        while job_id not in self._done:
+            shipped = self._shipped[job_id]
+            if self.train_locally and shipped.ref is None:  # no worker has the job due next: it trains here, now
+                self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
+                heapq.heapify(self._waiting)
+                self._train_here(shipped)
+                continue
+            self._place()
+            finished, _ = ray.wait(list(self._running), num_returns=1, timeout=0 if self.train_locally else None)
+            if not finished and self._waiting:  # (train_locally) the workers are busy: the earliest waiting task
+                self._train_here(heapq.heappop(self._waiting)[2])
+                continue
+            if not finished:
+                finished, _ = ray.wait(list(self._running), num_returns=1)
+            for ref in finished:
+                self._receive(self._running.pop(ref))
+        del self._shipped[job_id]
+        return self._done.pop(job_id)
+
+    def _train_here(self, shipped: _Shipped) -> None:
+        """Train a shipped task in this process (``train_locally``), as a worker would: with the workers' thread
+        count and torch settings (this process's at the run's start), leaving this process's random generators as
+        they were (:func:`generators_kept`: here a job trains at a wall-clock moment); its results wait for their
+        jobs like a worker's, and an error is raised when its job is consumed."""
+        jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
+        live = [k for k in shipped.batch if self._shipped.get(k) is shipped]
+        if not live:  # every job of it was cancelled before it trained
+            return
+        assert jobs is not None and starts is not None
+        threads, settings, began = torch.get_num_threads(), _torch_settings(), time.perf_counter()
+        torch.set_num_threads(self._threads)
+        _apply_torch_settings(self._settings)
+        try:
+            with generators_kept(self._device):
+                trainer = self._local_trainer()
+                if self._cohort:
+                    updates = trainer.train_many(jobs, starts)
+                else:
+                    updates = [trainer.train(jobs[0], starts[0], None)]
+        except Exception as error:
+            self._done.update((k, _Failed(error)) for k in live)
+            return
+        finally:
+            torch.set_num_threads(threads)
+            _apply_torch_settings(settings)
+            self.stats["local_seconds"] += time.perf_counter() - began
+        for k, update in zip(shipped.batch, updates):
+            if k in live:
+                self._done[k] = update
+                self._trained_here.add(k)
+
+    def _receive(self, shipped: _Shipped) -> None:
+        """A placed task has finished: keep its results for their jobs; a dead worker is replaced and the task's
+        jobs are shipped again (the same jobs: the same result)."""
+        ray = self._ray
+        self._busy[shipped.worker] -= 1
+        jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
+        live = [k for k in shipped.batch if self._shipped.get(k) is shipped]  # (not the cancelled ones)
+        try:
+            value, seconds = ray.get(shipped.ref)
+        except ray.exceptions.RayTaskError as error:  # the job itself raised: raised when it is consumed
+            cause = error.cause if isinstance(getattr(error, "cause", None), Exception) else error
+            self._done.update((k, _Failed(cause)) for k in live)
+            return
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:  # worker or node lost
+            self._replace_worker(shipped.worker, shipped.actor)
+            if not live:
+                return
+            if shipped.failures + 1 >= MAX_WORKER_FAILURES:
+                failure = RuntimeError(f"a Ray worker died {MAX_WORKER_FAILURES} times computing job {live[0]}")
+                failure.__cause__ = error
+                self._done.update((k, _Failed(failure)) for k in live)
+                return
+            self.stats["jobs_recomputed"] += len(live)
+            again = _Shipped(shipped.batch, shipped.key, shipped.failures + 1, jobs, starts)  # same task, same results
+            for k in live:
+                self._shipped[k] = again
+            heapq.heappush(self._waiting, (again.key, next(self._order), again))
+            return
+        self.stats["worker_seconds"] += seconds
+        for k, (update, weights) in zip(shipped.batch, value if isinstance(value, list) else [value]):
+            if self._shipped.get(k) is shipped:  # (a cohort's other jobs wait here, ready)
+                update.weights = weights.tensor()
+                self._done[k] = update
+
+    def _replace_worker(self, index: int, actor: Any) -> None:  # (RayExecutor's: it starts workers)
+        raise NotImplementedError
