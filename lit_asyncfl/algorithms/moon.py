@@ -45,6 +45,18 @@ class MOON(Algorithm):
       on CIFAR-10 and 1 on CIFAR-100 and Tiny-ImageNet).
     * Mode-specific arguments given in the other mode are refused.
 
+    **Few local steps** (measured): the term pushes :math:`z` away from the client's previous local model. MOON
+    trains 10 local epochs a round, so that model has drifted from the global one; with one or two local steps a
+    job (E = 1 on a digits shard of ~14 images) the previous model is about the global model plus the client's own
+    last step on the same data, and the term's gradient opposes the task gradient: at LeNet-5's initialisation, on
+    ten digits clients, cosine -0.36 to -0.54 with a norm of 0.26-0.37 of the task gradient's (-0.48 to -0.81
+    after 300 steps). On the FedASMU digits suite (seed 0, 143 rounds of 10 clients, E = 1) the global loss rises
+    from 2.31 to 2.38 by round 50 (FedAvg's: 2.30) and MOON ends at 0.53 against FedAvg's 0.80 (``mu=0`` repeats
+    FedAvg's run exactly; seeds 0-2: 0.57 +- 0.13 against 0.80 +- 0.01, FedAvg itself limited by the 143 rounds
+    the budget holds); with E = 5 (35 rounds) 0.67 against 0.76. Asynchronous with every client in flight
+    (FedHist suite, seed 0): 0.17, against 0.31 with ``mu=0``, which is FedAsync's mixing at a staleness of ~98
+    versions (see FedAsync).
+
     Sources: the authors' code (github.com/QinbinLi/MOON: ``main.py``, ``train_net_fedcon``) and the paper's loss.
 
     Memory: one model copy per client that has trained (the store), two module copies in the training process.

@@ -9,6 +9,7 @@ sequential executor does (the weights are the same either way).
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 import lightning as L
@@ -18,9 +19,10 @@ from torch import Tensor
 from lit_asyncfl.checks import check_number
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.client_state import ClientStateStore
-from lit_asyncfl.core.workspace import ModelWorkspace
+from lit_asyncfl.core.workspace import ModelWorkspace, _no_log
 from lit_asyncfl.functional.contrastive import model_contrastive_loss
 from lit_asyncfl.functional.feddyn import feddyn_client_state
+from lit_asyncfl.loops.job_trainer import JobTrainer
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
@@ -110,6 +112,40 @@ class ModelContrastive(_StatefulClientCallback):
                 f"MOON needs the module's representation z: {type(module).__name__} has no representation(x) "
                 "method. Add `def representation(self, x)` returning the features the classifier reads, and compute "
                 "forward through it (`return self.head(self.representation(x))`); see lit_asyncfl.models"
+            )
+
+    def check_batch(self, module: L.LightningModule, batch: Any) -> None:
+        """At fit start, on a real client batch (a copy of the module; no trace left): refuse a ``training_step``
+        that never calls ``representation`` or a representation that depends on no trainable parameter (e.g.
+        ``LogisticRegression``), instead of failing at the first job and blaming its client."""
+        probe = copy.deepcopy(module)
+        probe.log = probe.log_dict = _no_log  # type: ignore[method-assign,assignment]
+        probe._trainer = JobTrainer("fast", 1, 1)
+        original, recorded = probe.representation, []
+
+        def recorder(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+            z = original(x, *args, **kwargs)
+            recorded.append(z)
+            return z
+
+        probe.representation = recorder  # type: ignore[method-assign]
+        try:
+            with torch.enable_grad(), torch.random.fork_rng(devices=[]):
+                probe.train()
+                probe.training_step(batch, 0)
+        except Exception:  # the model-fits-data check and the first job report the module's own errors
+            return
+        name = type(module).__name__
+        if not recorded:
+            raise ValueError(
+                f"MOON: {name}.training_step did not call self.representation(x); compute forward through "
+                "representation(x) so that one forward pass gives both the loss and z"
+            )
+        if not recorded[0].requires_grad:
+            raise ValueError(
+                f"MOON: the representation of {name} depends on no trainable parameter (a linear model such as "
+                "LogisticRegression): the contrastive term would change nothing; use a model with hidden layers "
+                "(e.g. LeNet5, MLP)"
             )
 
     def on_fit_start(self, num_clients: int) -> None:
