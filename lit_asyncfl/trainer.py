@@ -543,6 +543,7 @@ class FederatedTrainer:
             self.num_clients,
             data=None if server_set is None else tuple(t.to(self.device) for t in server_set.tensors[:2]),
             workspace_factory=lambda: ModelWorkspace(model, self.device),
+            param_numel=flat.param_numel,
         )
         hooks = self._hooks
         self.simulator = sim = Simulator(

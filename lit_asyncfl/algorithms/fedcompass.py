@@ -30,6 +30,10 @@ class FedCompass(Algorithm):
       a new group's steps aim at the next arrival of the fastest member of an open group; a group is aggregated
       on its last arrival or at its latest arrival time (a timer), its arrived members restarting fastest first;
       a late update waits in the general buffer for the next group aggregation while its client restarts at once.
+    * **One update per client per aggregation**: APPFL keys its buffers by client, so of two late updates of one
+      client only the newer is aggregated, and a late update is dropped when the same client's update to the group
+      being aggregated comes with it; the same here (counted as discarded, reason ``"superseded"``).
+      ``latest_per_client=False`` aggregates every update.
     * **Update** in the authors' ``gradient_based`` form, :math:`w - \alpha s(\tau)/N \cdot (w_o - w_i)` with equal
       weights :math:`1/N` (``weights: equal``) and :math:`s(\tau) = (\tau + 1)^{-a}` (``polynomial``), the
       staleness counted in global versions at the aggregation (the authors' ``global_timestamp``).
@@ -64,6 +68,7 @@ class FedCompass(Algorithm):
         latest_time_factor: :math:`\lambda`.
         alpha: :math:`\alpha`.
         staleness_exponent: :math:`a`.
+        latest_per_client: Aggregate only each client's newest update (APPFL's buffers keyed by client).
 
     Example:
         >>> algo = FedCompass(q_min=2, q_max=8)
@@ -79,10 +84,11 @@ class FedCompass(Algorithm):
         latest_time_factor: float = 1.5,
         alpha: float = 0.9,
         staleness_exponent: float = 0.5,
+        latest_per_client: bool = True,
     ) -> None:
         hparams = hyperparameters(locals())
         super().__init__(
             scheduler=CompassScheduler(q_min, q_max, speed_momentum, latest_time_factor),
-            aggregator=GroupedDeltaStep(alpha, staleness_exponent),
+            aggregator=GroupedDeltaStep(alpha, staleness_exponent, latest_per_client),
             hparams=hparams,
         )

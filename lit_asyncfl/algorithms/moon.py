@@ -34,7 +34,11 @@ class MOON(Algorithm):
 
     * **First job of a client**: no previous model, the term is zero (the authors' first round has an empty model
       pool, see :class:`~lit_asyncfl.client.ModelContrastive`); one previous model per client (the authors'
-      ``model_buffer_size=1``).
+      ``model_buffer_size=1``). This equals the authors' code only when every client trains in the first round
+      (their main experiments: 10 parties, all sampled). With partial participation their pool holds, after round
+      1, every party's network, so a client first sampled in a later round contrasts with its own never-trained,
+      independently initialised network; that term pushes away from an arbitrary random model and is an artefact of
+      their bookkeeping, not of the method, so it is not reproduced.
     * **Representation** :math:`z`: the input of the bundled models' classifier layer (the paper adds a projection
       head; the models are not changed).
     * **Defaults** :math:`\tau = 0.5`, :math:`\mu = 1` (the authors' code defaults; the paper uses :math:`\mu = 5`

@@ -43,6 +43,12 @@ class REFL(Algorithm):
     * **Rounds**: the authors' ``exp_type 0`` (a fixed deadline per round, no round failure); a round without fresh
       updates keeps its stale ones for the next (the authors skip it); :math:`\tau_c` counts versions (rounds that
       aggregated), and is taken at the aggregation.
+    * **Deadline in virtual seconds**: the authors' 100 s is measured on FedScale's clock (REFL is built on FedScale),
+      whose job durations come from real devices' compute and network traces for their models and datasets; here it
+      is reused as virtual seconds of this run's device model, whose job durations differ. What the deadline means
+      is the share of a round's jobs that finish by it (the rest become stale updates), so set ``deadline`` from
+      the device model's job durations (its ``job_timing`` for the run's shards, e.g. a percentile of their
+      totals) rather than reading 100 s as the paper's setting.
     * **Re-selection**: devices still training (stragglers) are never selected; a device that trained in the last
       ``prohibit_reselect`` rounds is passed over while enough others are available (the authors replace such picks
       at random among online devices).

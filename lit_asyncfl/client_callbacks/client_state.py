@@ -226,10 +226,14 @@ class DynamicRegularizer(_StatefulClientCallback):
     then stays as it was (``update.info["client_state"]`` says so), which keeps :math:`h = \frac{1}{m} \sum_k g_k`
     and spares the client a NaN correction in every later job.
 
+    With ``max_grad_norm`` :math:`C` the step's gradient is clipped as the authors' code does, after the linear
+    terms and before :math:`\alpha \theta` (see :func:`~lit_asyncfl.functional.feddyn.feddyn_gradient`).
+
     Memory: one model-sized vector per client that has trained (in the store).
 
     Args:
         alpha: :math:`\alpha > 0`.
+        max_grad_norm: :math:`C > 0`, or ``None`` for no clipping.
 
     Example:
         >>> DynamicRegularizer(alpha=0.01).alpha
@@ -239,9 +243,11 @@ class DynamicRegularizer(_StatefulClientCallback):
     #: Name of :math:`g_k` in the client state store.
     STATE_NAME = "feddyn_gradient"
 
-    def __init__(self, alpha: float = 0.01) -> None:
+    def __init__(self, alpha: float = 0.01, max_grad_norm: float | None = None) -> None:
         check_number("FedDyn alpha", alpha, 0, open_min=True)
+        check_number("max_grad_norm", max_grad_norm, 0, open_min=True, optional=True)
         self.alpha = alpha
+        self.max_grad_norm = max_grad_norm
         self._anchors: list[Tensor] = []
         self._state: list[Tensor] | None = None
 
@@ -260,6 +266,13 @@ class DynamicRegularizer(_StatefulClientCallback):
             return
         params, anchors, states = zip(*triples)
         grads = [p.grad for p in params]
+        if self.max_grad_norm is not None:  # the authors' order: linear terms, clip, then alpha * theta
+            torch._foreach_add_(grads, list(anchors), alpha=-self.alpha)
+            if self._state is not None:
+                torch._foreach_sub_(grads, list(states))
+            torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+            torch._foreach_add_(grads, list(params), alpha=self.alpha)
+            return
         torch._foreach_add_(grads, torch._foreach_sub(params, anchors), alpha=self.alpha)
         if self._state is not None:
             torch._foreach_sub_(grads, list(states))
