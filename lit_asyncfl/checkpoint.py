@@ -27,8 +27,11 @@ import torch
 #: Top-level key of the federated run's own entries in a checkpoint.
 RUN_KEY = "lit_asyncfl"
 #: Format of the entries under :data:`RUN_KEY`.
-FORMAT = "lit_asyncfl.checkpoint.v2"
+FORMAT = "lit_asyncfl.checkpoint.v3"
 _OLD_FORMATS = ("lit_asyncfl.checkpoint.v1",)
+#: Formats whose model is a Lightning checkpoint but whose simulation this version cannot resume (v2: server
+#: optimizer states held BatchNorm statistics, per-client state was referenced by absolute paths).
+_UNRESUMABLE_FORMATS = ("lit_asyncfl.checkpoint.v2",)
 
 
 def model_checkpoint(
@@ -49,7 +52,7 @@ def model_checkpoint(
         >>> from lit_asyncfl.models import LogisticRegression
         >>> ckpt = model_checkpoint(LogisticRegression(input_dim=4), None, 7, {})
         >>> ckpt["global_step"], ckpt["hyper_parameters"]["input_dim"], ckpt[RUN_KEY]["format"]
-        (7, 4, 'lit_asyncfl.checkpoint.v2')
+        (7, 4, 'lit_asyncfl.checkpoint.v3')
     """
     checkpoint: dict[str, Any] = {
         "epoch": 0,
@@ -259,6 +262,12 @@ def run_entries(
             dtype.
     """
     run = checkpoint.get(RUN_KEY)
+    if isinstance(run, dict) and run.get("format") in _UNRESUMABLE_FORMATS:
+        raise ValueError(
+            f"{path} was written by an earlier lit_asyncfl ({run['format']}): its global model loads "
+            f"(load_from_checkpoint, or --ckpt_path for validate/test), but its simulation cannot be resumed by this "
+            f"version ({FORMAT}); start the run again"
+        )
     if not isinstance(run, dict) or run.get("format") != FORMAT:
         raise ValueError(
             f"{path} is a Lightning checkpoint without a lit_asyncfl run in it: it can initialise a model "
