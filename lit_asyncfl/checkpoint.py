@@ -27,8 +27,11 @@ import torch
 #: Top-level key of the federated run's own entries in a checkpoint.
 RUN_KEY = "lit_asyncfl"
 #: Format of the entries under :data:`RUN_KEY`.
-FORMAT = "lit_asyncfl.checkpoint.v2"
+FORMAT = "lit_asyncfl.checkpoint.v3"
 _OLD_FORMATS = ("lit_asyncfl.checkpoint.v1",)
+#: Formats whose model is a Lightning checkpoint but whose simulation this version cannot resume (v2: server
+#: optimizer states held BatchNorm statistics, per-client state was referenced by absolute paths).
+_UNRESUMABLE_FORMATS = ("lit_asyncfl.checkpoint.v2",)
 
 
 def model_checkpoint(
@@ -49,7 +52,7 @@ def model_checkpoint(
         >>> from lit_asyncfl.models import LogisticRegression
         >>> ckpt = model_checkpoint(LogisticRegression(input_dim=4), None, 7, {})
         >>> ckpt["global_step"], ckpt["hyper_parameters"]["input_dim"], ckpt[RUN_KEY]["format"]
-        (7, 4, 'lit_asyncfl.checkpoint.v2')
+        (7, 4, 'lit_asyncfl.checkpoint.v3')
     """
     checkpoint: dict[str, Any] = {
         "epoch": 0,
@@ -174,6 +177,11 @@ def load(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
     if "state_dict" not in checkpoint:
         raise ValueError(f"{path} is not a Lightning checkpoint: it has no 'state_dict' (keys: {sorted(checkpoint)})")
     run = checkpoint.get(RUN_KEY)
+    if isinstance(run, dict) and run.get("format") == FORMAT and "checksum" not in run:
+        raise ValueError(
+            f"{path} has no checksum entry ({RUN_KEY}.checksum), which every checkpoint lit_asyncfl writes holds: "
+            "the file was edited after it was written, so its contents cannot be verified; use an intact copy"
+        )
     if isinstance(run, dict) and "checksum" in run and content_digest(checkpoint) != run["checksum"]:
         raise ValueError(
             f"{path} does not match the checksum stored in it: the file was modified or corrupted after it was "
@@ -190,16 +198,76 @@ def load(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
 FINGERPRINT_BEFORE_ITS_KEY: dict[str, Any] = {"availability": {"class": "AlwaysAvailable", "crash_probability": 0.0}}
 
 
-def run_entries(checkpoint: dict[str, Any], path: str | os.PathLike, fingerprint: dict[str, Any]) -> dict[str, Any]:
+def fingerprint_differences(theirs: Any, ours: Any, prefix: str = "") -> list[str]:
+    """The settings that differ between two fingerprints, each named by its dotted path with both values (only the
+    differing leaves: one changed ``lr`` among a whole algorithm's description is one short line).
+
+    Example:
+        >>> fingerprint_differences({"a": {"lr": 0.1, "k": 2}, "seed": 0}, {"a": {"lr": 0.2, "k": 2}, "seed": 0})
+        ['a.lr: checkpoint 0.1 vs trainer 0.2']
+    """
+    same_class = not isinstance(theirs, dict) or not isinstance(ours, dict) or theirs.get("class") == ours.get("class")
+    if isinstance(theirs, dict) and isinstance(ours, dict) and same_class:  # (another class: both whole)
+        out = []
+        for key in [*ours, *(k for k in theirs if k not in ours)]:
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if key not in theirs or key not in ours:
+                a, b = theirs.get(key, "<absent>"), ours.get(key, "<absent>")
+                out.append(f"{name}: checkpoint {a!r} vs trainer {b!r}")
+            else:
+                out += fingerprint_differences(theirs[key], ours[key], name)
+        return out
+    if isinstance(theirs, list) and isinstance(ours, list) and len(theirs) == len(ours):
+        pairs = enumerate(zip(theirs, ours))
+        return [d for i, (a, b) in pairs for d in fingerprint_differences(a, b, f"{prefix}[{i}]")]
+    return [] if theirs == ours else [f"{prefix}: checkpoint {theirs!r} vs trainer {ours!r}"]
+
+
+def check_simulation_weights(run: dict[str, Any], path: str | os.PathLike, weights: torch.Tensor) -> None:
+    """Refuse a simulation whose global weights or in-flight start models are not finite or do not have the
+    dtype and size of the run's model (``weights``: its flat weights)."""
+    simulation = run["simulation"]
+    tensors = {"global weights": simulation["server"]["weights"]}
+    tensors.update({f"start model of version {v}": t for v, t in simulation.get("snapshots", {}).items()})
+    for name, tensor in tensors.items():
+        if not torch.is_tensor(tensor) or tensor.dtype != weights.dtype or tensor.shape != weights.shape:
+            what = f"{tensor.dtype} {tuple(tensor.shape)}" if torch.is_tensor(tensor) else type(tensor).__name__
+            raise ValueError(
+                f"{path}: the simulation's {name} are {what}, but the model's weights are {weights.dtype} "
+                f"{tuple(weights.shape)}: resume with the model (and dtype) the checkpoint was written with"
+            )
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{path}: the simulation's {name} are not finite (NaN or inf): refused")
+
+
+def run_entries(
+    checkpoint: dict[str, Any],
+    path: str | os.PathLike,
+    fingerprint: dict[str, Any],
+    weights: torch.Tensor | None = None,
+) -> dict[str, Any]:
     """The federated run's entries of a *resumable* checkpoint (one with a simulation state) written by the
     configuration whose fingerprint is ``fingerprint`` (see :func:`~lit_asyncfl.hparams.run_fingerprint`).
 
+    Args:
+        checkpoint: The loaded checkpoint.
+        path: Its path (for messages).
+        fingerprint: The resuming trainer's configuration.
+        weights: The resuming model's flat weights: the simulation's must be finite and of their dtype and size.
+
     Raises:
         ValueError: The checkpoint holds a model only (a plain Lightning checkpoint, or a best-model file of
-            :class:`~lit_asyncfl.callbacks.ModelCheckpoint`), or was written by another configuration (each
-            difference is named).
+            :class:`~lit_asyncfl.callbacks.ModelCheckpoint`), was written by another configuration (each differing
+            setting is named by its path), or holds simulation weights that are not finite or not of the model's
+            dtype.
     """
     run = checkpoint.get(RUN_KEY)
+    if isinstance(run, dict) and run.get("format") in _UNRESUMABLE_FORMATS:
+        raise ValueError(
+            f"{path} was written by an earlier lit_asyncfl ({run['format']}): its global model loads "
+            f"(load_from_checkpoint, or --ckpt_path for validate/test), but its simulation cannot be resumed by this "
+            f"version ({FORMAT}); start the run again"
+        )
     if not isinstance(run, dict) or run.get("format") != FORMAT:
         raise ValueError(
             f"{path} is a Lightning checkpoint without a lit_asyncfl run in it: it can initialise a model "
@@ -211,10 +279,15 @@ def run_entries(checkpoint: dict[str, Any], path: str | os.PathLike, fingerprint
             "checkpoint written mid-event): it cannot resume a run; resume from a last.ckpt instead"
         )
     theirs = {**FINGERPRINT_BEFORE_ITS_KEY, **run["fingerprint"]}
-    diff = {k: (theirs.get(k), v) for k, v in fingerprint.items() if theirs.get(k) != v}
+    weights_now = run["simulation"]["server"]["weights"]
+    if isinstance(theirs.get("model"), dict) and "dtype" not in theirs["model"] and torch.is_tensor(weights_now):
+        # written before the dtype was recorded: the simulation's weights have it
+        theirs["model"] = {**theirs["model"], "dtype": str(weights_now.dtype).removeprefix("torch.")}
+    diff = fingerprint_differences({k: theirs.get(k) for k in fingerprint}, fingerprint)
     if diff:
-        details = "; ".join(f"{k}: checkpoint {a!r} vs trainer {b!r}" for k, (a, b) in diff.items())
-        raise ValueError(f"checkpoint {path} was written by a different configuration: {details}")
+        raise ValueError(f"checkpoint {path} was written by a different configuration: {'; '.join(diff)}")
+    if weights is not None:
+        check_simulation_weights(run, path, weights)
     return run
 
 

@@ -4,7 +4,9 @@
 none of the Trainer's 60 arguments), so this CLI adds it to the ``trainer`` group itself; ``model`` and ``data``
 are the usual LightningCLI groups. The run seed is ``trainer.seed`` and seeds model construction too. As in
 LightningCLI, ``--ckpt_path`` also sets the model's hyper-parameters from the checkpoint (they take precedence over
-the config), so ``test --ckpt_path`` rebuilds the model the run trained.
+the config), so ``test --ckpt_path`` rebuilds the model the run trained. Unlike LightningCLI, a checkpoint never
+chooses the code that is imported: a model class it names (``hyper_parameters._class_path``) must be the config's
+model class, else the command is refused naming both (give ``--model=<the class>`` to accept it explicitly).
 
 Example::
 
@@ -14,11 +16,13 @@ Example::
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -102,6 +106,38 @@ class FederatedCLI(LightningCLI):
             if found is None:
                 raise
             self.parser.error(str(found))
+
+    def _parse_ckpt_path(self) -> None:
+        """LightningCLI's, after checking that the model class the checkpoint names is the config's (LightningCLI
+        would import and instantiate whatever class a checkpoint names)."""
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            try:
+                hparams = torch.load(ckpt_path, weights_only=True, map_location="cpu").get("hyper_parameters")
+            except Exception:  # not a checkpoint: LightningCLI and the trainer report it
+                hparams = None
+            named = hparams.get("_class_path") if isinstance(hparams, dict) else None
+            if named is not None:
+                self._check_checkpoint_class(str(named), str(ckpt_path), self.config[subcommand].get("model"))
+        super()._parse_ckpt_path()
+
+    def _check_checkpoint_class(self, named: str, ckpt_path: str, model: Any) -> None:
+        given = model.get("class_path") if model is not None and hasattr(model, "get") else None
+        if given is None:
+            self.parser.error(
+                f"{ckpt_path} names the model class {named!r} and the config gives no model: a checkpoint does not "
+                f"choose the code that is imported; give the model (--model={named} if you trust the file)"
+            )
+        module, _, name = str(given).rpartition(".")
+        cls = getattr(importlib.import_module(module), name, None) if module else None  # the user's own choice
+        full = f"{cls.__module__}.{cls.__qualname__}" if cls is not None else given
+        if named not in (given, full):
+            self.parser.error(
+                f"{ckpt_path} was written by the model class {named!r}, but the config's model is {given!r}: refused "
+                f"(a checkpoint does not choose the code that is imported); use the config of the run that wrote it, "
+                f"or --model={named} if you trust the file"
+            )
 
     def _set_seed(self) -> None:
         trainer = self._get(self.config, "trainer")

@@ -7,11 +7,14 @@ from typing import Any
 import lightning as L
 import torch
 
+from lit_asyncfl.core.client_state import ClientStateStore
 from lit_asyncfl.engines.base import parse_optimizers
 from lit_asyncfl.loops.job_trainer import JobTrainer
 
 _SKIP = object()
-_NOT_CONFIGURATION = (torch.Tensor, torch.nn.Module, torch.utils.data.Dataset, L.Trainer)
+#: Never part of a configuration: data, modules, and the per-client state store (where state lives, in memory or on
+#: disk, never changes a result: ``client_state_budget`` may differ between a checkpoint and its resumption).
+_NOT_CONFIGURATION = (torch.Tensor, torch.nn.Module, torch.utils.data.Dataset, L.Trainer, ClientStateStore)
 
 
 def describe(obj: Any, depth: int = 0) -> Any:
@@ -69,15 +72,17 @@ def lightning_hparams(obj: L.LightningModule | L.LightningDataModule) -> dict[st
 
 
 def run_fingerprint(
-    trainer: Any, model: L.LightningModule, numel: int, datamodule: L.LightningDataModule
+    trainer: Any, model: L.LightningModule, numel: int, datamodule: L.LightningDataModule, dtype: Any = None
 ) -> dict[str, Any]:
-    """What must not change between a checkpoint and its resumption (budgets, logging and callbacks may).
+    """What must not change between a checkpoint and its resumption (budgets, logging, callbacks,
+    ``client_state_budget`` and ``on_client_error`` may: see :func:`~lit_asyncfl.checkpoint.run_entries`).
 
     Args:
         trainer: The :class:`~lit_asyncfl.FederatedTrainer`.
-        model: The module (its class, size and ``hparams`` count).
+        model: The module (its class, size, dtype and ``hparams`` count).
         numel: Elements of the model's flat weights.
         datamodule: The run's (federated) data module.
+        dtype: The dtype of the model's flat weights (a float64 run resumed as float32 would mix both).
     """
     return {
         "algorithm": describe(trainer.algorithm),
@@ -86,7 +91,12 @@ def run_fingerprint(
         "seed": trainer.seed,
         "device_model": describe(trainer.device_model),
         "availability": describe(trainer.availability),
-        "model": {"class": type(model).__qualname__, "numel": numel, "hparams": describe(dict(model.hparams))},
+        "model": {
+            "class": type(model).__qualname__,
+            "numel": numel,
+            "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
+            "hparams": describe(dict(model.hparams)),
+        },
         "optimizer": optimizer_fingerprint(model, trainer.engine),
         "data": describe(datamodule),
         # what changes float results (thread count and kernels change the order of float sums) or the outcome
@@ -95,7 +105,6 @@ def run_fingerprint(
         "onednn": trainer.onednn,
         "compile_cohort": trainer.compile_cohort,
         "device": str(trainer.device),
-        "on_client_error": trainer.on_client_error,
     }
 
 

@@ -17,13 +17,21 @@ def resolve_loggers(logger: Logger | Iterable[Logger] | bool | None, root: str, 
         >>> [type(lg).__name__ for lg in resolve_loggers(True, "runs", "FedAsync")], resolve_loggers(False, "runs", "x")
         (['CSVLogger'], [])
     """
+    forms = "a Lightning Logger (e.g. CSVLogger(save_dir)), a list of them, True (a CSVLogger) or False/None (none)"
     if logger is True:
         return [CSVLogger(root, name=name)]
     if logger is False or logger is None:
         return []
     if isinstance(logger, Logger):
         return [logger]
-    return list(logger)
+    if isinstance(logger, (str, bytes)) or not isinstance(logger, Iterable):
+        hint = " (on the command line: --trainer.logger=CSVLogger)" if isinstance(logger, str) else ""
+        raise ValueError(f"logger must be {forms}, got {logger!r}{hint}")
+    loggers = list(logger)
+    bad = [lg for lg in loggers if not isinstance(lg, Logger)]
+    if bad:
+        raise ValueError(f"logger must be {forms}; the list holds {bad[0]!r}, which is not a Logger")
+    return loggers
 
 
 def claim_log_dir(loggers: list[Logger], root: str, name: str) -> str:

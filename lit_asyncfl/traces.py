@@ -250,10 +250,40 @@ def _suffix(path: Any, kind: str) -> str:
     return suffix
 
 
+def _read_text(path: Any) -> str:
+    r"""A trace file's text (UTF-8, an optional BOM); a file that is not UTF-8 text (another encoding, a binary
+    file) is a ``ValueError`` naming the file, the line and the bytes.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "t.csv")
+        >>> _ = open(path, "wb").write(b"device,start,end\nt\xe9l\xe9phone,0,1\n")
+        >>> _read_text(path)
+        Traceback (most recent call last):
+        ...
+        ValueError: ...t.csv, line 2: not UTF-8 text (byte b'\xe9' at column 2): save the trace as UTF-8
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line_start = data.rfind(b"\n", 0, error.start) + 1
+        line = data.count(b"\n", 0, error.start) + 1
+        bad = data[error.start : error.end]
+        raise ValueError(
+            f"{path}, line {line}: not UTF-8 text (byte {bad!r} at column {error.start - line_start + 1}): save the "
+            "trace as UTF-8"
+        ) from None
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise ValueError(f"{path}, line {line}: a NUL byte: a binary file, not a text trace") from None
+    return text
+
+
 def _csv_rows(path: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> list[tuple[str, dict[str, str]]]:
     """The data rows of a CSV file as ``(where, {column: text})``, after checking its header."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        text = f.read()
+    text = _read_text(path)
     reader = csv.reader(io.StringIO(text))
     header = next(reader, None)
     if header is None or not any(cell.strip() for cell in header):
@@ -279,14 +309,23 @@ def _csv_rows(path: Any, required: tuple[str, ...], optional: tuple[str, ...] = 
 
 def _json_devices(path: Any, kind: str) -> list[tuple[str, dict[str, Any]]]:
     """The device objects of a JSON trace as ``(where, object)``."""
-    with open(path, encoding="utf-8-sig") as f:
-        text = f.read()
+    text = _read_text(path)
     if not text.strip():
         raise ValueError(f'{path}: the file is empty (expected {{"devices": [...]}})')
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON: {error}") from error
+    except RecursionError:
+        depth, line = 0, 1
+        for char in text:  # where the nesting went too deep
+            line += char == "\n"
+            depth += (char in "[{") - (char in "]}")
+            if depth > 100:
+                break
+        raise ValueError(
+            f"{path}, line {line}: JSON nested deeper than Python can read (more than 100 levels here; a trace needs 4)"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("devices"), list) or set(data) != {"devices"}:
         raise ValueError(f'{path}: a JSON {kind} trace must be an object {{"devices": [...]}}, got {_short(data)}')
     out = []
@@ -489,22 +528,48 @@ class _RefusedGlobal(ValueError):
 class _TraceUnpickler(pickle.Unpickler):
     """An unpickler that resolves only :data:`_SAFE_GLOBALS`, so that a pickle cannot run code on load."""
 
-    def __init__(self, file: Any, path: Any) -> None:
-        super().__init__(file)
-        self.path = path
+    def __init__(self, file: Any, path: Any, what: str = "a FedScale trace", **kwargs: Any) -> None:
+        super().__init__(file, **kwargs)
+        self.path, self.what = path, what
 
     def find_class(self, module: str, name: str) -> Any:
         target = _SAFE_GLOBALS.get((module, name))
         if target is None:
             raise _RefusedGlobal(
-                f"{self.path}: refused to load the global {module}.{name} from the pickle: a trace holds only dicts, "
-                "lists, numbers and strings (the file is not a FedScale trace, or is malicious)"
+                f"{self.path}: refused to load the global {module}.{name} from the pickle: {self.what} holds only "
+                f"dicts, lists, numbers, strings and arrays (the file is not {self.what}, or is malicious)"
             )
         target_module, attribute = target
         if target_module.startswith(("numpy.core.", "numpy._core.")):  # written by NumPy 1 or 2: this NumPy's own
             core = "numpy._core." if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else "numpy.core."
             target_module = core + target_module.split(".", 2)[2]
         return getattr(importlib.import_module(target_module), attribute)
+
+
+def safe_pickle_load(path: Any, what: str, encoding: str = "ASCII") -> Any:
+    """Load a pickle of plain data (containers, numbers, strings, NumPy arrays) without running code: any other
+    global it names is refused with a ``ValueError`` naming the file and the global (``what``: what the file
+    should be, for the message).
+
+    Example:
+        >>> import os, pickle, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "batch")
+        >>> _ = open(path, "wb").write(pickle.dumps({"data": [1, 2], "labels": [0, 1]}))
+        >>> safe_pickle_load(path, "a CIFAR batch")
+        {'data': [1, 2], 'labels': [0, 1]}
+        >>> _ = open(path, "wb").write(pickle.dumps(os.getcwd))
+        >>> safe_pickle_load(path, "a CIFAR batch")
+        Traceback (most recent call last):
+        ...
+        ValueError: ...: refused to load the global posix.getcwd from the pickle: a CIFAR batch holds only ...
+    """
+    with open(path, "rb") as f:
+        try:
+            return _TraceUnpickler(f, path, what, encoding=encoding).load()
+        except _RefusedGlobal as error:
+            raise ValueError(str(error)) from None
+        except Exception as error:
+            raise ValueError(f"{path}: not a readable pickle of {what} ({type(error).__name__}: {error})") from error
 
 
 def _load_pickle(path: Any, kind: str) -> dict[Any, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 import time
 import warnings
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.loggers import Logger
@@ -26,7 +28,7 @@ from lit_asyncfl.availability import AlwaysAvailable, Availability
 from lit_asyncfl.callbacks import Callback, ModelCheckpoint, RunCheckpoint
 from lit_asyncfl.callbacks.connector import CallbackConnector, configure_callbacks
 from lit_asyncfl.checks import check, check_bool, check_choice, check_int, check_number, check_path
-from lit_asyncfl.core.client_state import ClientStateStore
+from lit_asyncfl.core.client_state import ClientStateStore, relative_manifest, resolved_manifest
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.simulator import ON_CLIENT_ERROR, Simulator, sample_profiles
@@ -98,7 +100,8 @@ class FederatedTrainer:
             written, then a :class:`~lit_asyncfl.core.simulator.ClientJobError` naming the client is raised);
             ``"drop"`` drops the job (summary ``updates_dropped`` and ``drop_reasons["client_error"]``, a warning
             per job, the device idle again; synchronous rounds close with the members that answered) and goes
-            on. ``"drop"`` needs ``engine="fast"`` or ``"lightning"`` (a cohort trains its jobs in one call).
+            on. ``"drop"`` needs ``engine="fast"`` or ``"lightning"`` (a cohort trains its jobs in one call). A
+            checkpoint of a ``"raise"`` run may be resumed with ``"drop"`` (not the reverse once jobs were dropped).
         num_threads: Intra-op threads (``torch.set_num_threads``) for the run; ``None``: the engine's default, one
             thread for ``fast`` and ``lightning`` (a client update is too small to split over threads, and extra
             threads slow it down as soon as another process competes for the cores), also for ``cohort``, which
@@ -125,10 +128,13 @@ class FederatedTrainer:
             same virtual-time order either way: on CPU the weights are identical (needs the ``ray`` extra).
         client_state_budget: Bytes of per-client state (MOON's previous local models, FedDyn's corrections: the
             :class:`~lit_asyncfl.core.client_state.ClientStateStore` of the client callbacks that keep any) held in
-            memory; the least recently used entries beyond it are written to ``<log_dir>/client_state/``, and a
-            resumable checkpoint then refers to those files (written once, never copied into each checkpoint)
-            instead of holding the tensors. Where an entry lives never changes a result. ``None``: all in memory,
-            and checkpoints hold the tensors.
+            memory; the least recently used entries beyond it are written to ``<log_dir>/client_state/``. A
+            resumable checkpoint holds the entries in memory (so under the budget it is self-contained) and refers
+            to the files of the others (never copied into each checkpoint; named relative to the checkpoint, so the
+            run directory may be moved or copied whole). Where an entry lives never changes a result, and a run may
+            resume under another budget. A file that cannot be written (a full disk) ends the run with a
+            :class:`~lit_asyncfl.core.client_state.ClientStateError`, never blamed on a client. ``None``: all in
+            memory.
 
     Example:
         >>> from lit_asyncfl.algorithms import FedAsync
@@ -371,6 +377,7 @@ class FederatedTrainer:
             self._hooks.call("on_fit_start")
             if checkpoint is None:
                 sim.start()
+                self._hooks.raise_pending()  # a callback that raised during the first dispatches' evaluation
                 if not self.history:  # the scheduler may have evaluated the initial model already
                     self._hooks.evaluate(sim)
             self.run_started = True
@@ -383,10 +390,16 @@ class FederatedTrainer:
             self._finish(sim, loop_reason)
             self._hooks.call("on_fit_end")
         except BaseException as exc:
+            if self._hooks.pending is not None and self._hooks.pending is not exc:  # the event itself raised after
+                log.warning("lit_asyncfl: a run callback had raised earlier in the failing event: %r",
+                            self._hooks.pending)  # fmt: skip
+                exc.add_note(f"(a run callback had raised earlier in the same event: {self._hooks.pending!r})")
+                self._hooks.pending = None
             if self.run_started:  # else (a refused resume, a failing start) nothing of a run exists to write
                 self._summarize_failure(sim, exc)
-            self._hooks.call("on_exception", exc)
-            raise
+            for error in self._hooks.call_all("on_exception", exc):  # every callback's, whatever one raises
+                exc.add_note(f"(while handling it, on_exception of a run callback raised {error!r})")
+            raise  # the original exception, never one raised while handling it
         finally:
             if self.executor is not None:
                 self.executor.stop()  # the run's workers are released (kept for the next run, or ended)
@@ -449,10 +462,14 @@ class FederatedTrainer:
         flat.load(sim.server.weights)
         run: dict[str, Any] = {"version": sim.server.version, "virtual_time": sim.now}
         if not weights_only:
+            simulation = sim.state_dict()
+            if "client_state" in simulation:  # its files named relative to the checkpoint: the run dir may move
+                base = os.path.dirname(os.path.abspath(path))
+                simulation["client_state"] = relative_manifest(simulation["client_state"], base)
             run.update(
                 fingerprint=self._fingerprint,
                 monitor=self.evaluation.monitor_name,
-                simulation=sim.state_dict(),
+                simulation=simulation,
                 **self._resumable_history_and_callbacks(),
                 wall_seconds=self._wall_seconds(),
             )
@@ -498,9 +515,12 @@ class FederatedTrainer:
             "take no step; use fewer clients, a smaller batch_size or drop_last=False",
         )
         model.to(self.device)
+        probe_batch = next(iter(shards.batches(0, dm.batch_size, torch.Generator().manual_seed(self.seed))))
         if self.engine != "lightning":  # (a real Trainer per job may give training_step what a probe cannot)
-            probe_batch = next(iter(shards.batches(0, dm.batch_size, torch.Generator().manual_seed(self.seed))))
             check_model_fits_data(model, probe_batch, type(datamodule).__name__)
+        for cb in algo.client_callbacks:  # what a client callback can only check on a real batch (e.g. MOON's z)
+            if callable(getattr(cb, "check_batch", None)):
+                cb.check_batch(model, probe_batch)
         self.global_model = model
         self._flat = flat = FlatParameters(model)
         executor = build_executor(
@@ -523,6 +543,7 @@ class FederatedTrainer:
             self.num_clients,
             data=None if server_set is None else tuple(t.to(self.device) for t in server_set.tensors[:2]),
             workspace_factory=lambda: ModelWorkspace(model, self.device),
+            param_numel=flat.param_numel,
         )
         hooks = self._hooks
         self.simulator = sim = Simulator(
@@ -544,17 +565,47 @@ class FederatedTrainer:
             availability=self.availability,
             client_state=self.client_state,
         )
+        self._check_some_device_comes_online(sim)
         self.evaluation.setup(model, flat.load, eval_loader(dm), self._wall_seconds, self.seed)
         self._final_state = None
         self._hooks.setup()
-        self._fingerprint = run_fingerprint(self, model, flat.numel, dm)
+        self._fingerprint = run_fingerprint(self, model, flat.numel, dm, flat.flat.dtype)
         self._hparams = run_hyperparameters(self, self._init_args, model, datamodule)
         return sim
 
+    def _check_some_device_comes_online(self, sim: Simulator) -> None:
+        """Refuse an availability under which no update can ever arrive: no device ever online, or none before the
+        virtual-time budget (known at fit start; a trace is exact)."""
+        if self.availability.always_online:
+            return
+        first = self.availability.next_online(np.arange(self.num_clients), 0.0)
+        name = type(self.availability).__name__
+        check(
+            math.isfinite(first),
+            f"no device is ever online under the availability {name} (for {self.num_clients} clients): no update "
+            "can arrive; check the trace or the model's parameters",
+        )
+        check(
+            self.max_virtual_time is None or first <= self.max_virtual_time,
+            f"under the availability {name} the first device comes online at virtual time {first:g}, after "
+            f"max_virtual_time={self.max_virtual_time!r}: no update can arrive; raise max_virtual_time (or scale the "
+            "trace's time_scale)",
+        )
+
     def _restore(self, checkpoint: dict[str, Any], path: str) -> None:
-        run = ckpt.run_entries(checkpoint, path, self._fingerprint)
-        assert self.simulator is not None and self.global_model is not None
-        self.simulator.load_state_dict(run["simulation"])
+        assert self.simulator is not None and self.global_model is not None and self._flat is not None
+        run = ckpt.run_entries(checkpoint, path, self._fingerprint, self._flat.flat)
+        dropped = int(run["simulation"].get("dropped", {}).get("client_error", 0))
+        check(
+            self.on_client_error == "drop" or dropped == 0,
+            f"checkpoint {path} was written with on_client_error='drop' after {dropped} failing job(s) were dropped: "
+            "a run with on_client_error='raise' would have stopped at the first; resume with on_client_error='drop'",
+        )
+        simulation = run["simulation"]
+        if "client_state" in simulation:
+            base = os.path.dirname(os.path.abspath(path))
+            simulation = {**simulation, "client_state": resolved_manifest(simulation["client_state"], base)}
+        self.simulator.load_state_dict(simulation)
         ckpt.restore_lightning_state(self.global_model, self._user_datamodule, checkpoint)
         self.evaluation.restore(run["history"], run["monitor"])
         self._wall_offset = float(run["wall_seconds"])
@@ -581,6 +632,15 @@ class FederatedTrainer:
                 f"stopped: the last {sim.stalled_arrivals} updates produced no new global version "
                 f"(rejection reasons so far: {sim.server.stats.reasons or 'none'}; jobs dropped: "
                 f"{dict(sim.dropped) or 'none'})",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        if loop_reason == "queue_empty" and not self.availability.always_online:
+            back = self.availability.next_online(np.arange(self.num_clients), sim.now)
+            warnings.warn(
+                f"stopped at virtual time {sim.now:g} (version {sim.server.version}) with nothing left to happen: "
+                f"{'no device is online again' if math.isinf(back) else f'no job in flight until {back:g}'} under "
+                f"the availability {type(self.availability).__name__}; jobs dropped: {dict(sim.dropped) or 'none'}",
                 RuntimeWarning,
                 stacklevel=3,
             )

@@ -340,7 +340,7 @@ def test_the_cohort_engine_refuses_the_stateful_client_callbacks_naming_the_alte
 def test_presets_are_registered_and_are_the_re_implementations_compositions():
     assert PRESETS["asofed"] is ASOFed and PRESETS["fedsa"] is FedSA
     aso = ASOFed()
-    assert type(aso.scheduler) is KeepConcurrency and aso.scheduler.concurrency == 0.1
+    assert type(aso.scheduler) is KeepConcurrency and aso.scheduler.concurrency == 1.0  # the paper: all
     assert type(aso.aggregator) is DeltaAverage
     assert (aso.aggregator.buffer_size, aso.aggregator.server_lr, aso.aggregator.normalize) == (1, 1.0, False)
     assert [type(cb) for cb in aso.server_callbacks] == [DataFractionWeight]

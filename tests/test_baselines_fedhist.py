@@ -70,17 +70,22 @@ def test_compass_joins_the_group_reachable_with_the_most_steps_ties_the_later():
     assert sched._join(sim, 1.0) == (-1, None)
 
 
-def reference_two_stage(grads, taus, c1, b, theta, temp=10.0):
-    """An independent WKAFL stage one and two, written from the authors' loops."""
+def reference_two_stage(grads, taus, c1, b, theta, temp=10.0, in_place=True):
+    """An independent WKAFL stage one and two, written from the authors' loops (whose stage-one TensorClip rewrites
+    the buffered gradients in place: ``in_place``)."""
+    grads = list(grads)
     e = math.e
     raw = [(e / 2) ** (-t) for t in taus]
     w = [r / sum(raw) for r in raw]
     freshest = int(np.argsort(np.asarray(taus, dtype=float), kind="stable")[0])
     std = float(torch.linalg.vector_norm(grads[freshest]))
     est = torch.zeros_like(grads[0])
-    for wi, g in zip(w, grads):
+    for i, (wi, g) in enumerate(zip(w, list(grads))):
         n = float(torch.linalg.vector_norm(g))
-        est += wi * (g * (c1 * std / n) if c1 * std < n else g)
+        clipped = g * (c1 * std / n) if c1 * std < n else g
+        est += wi * clipped
+        if in_place:
+            grads[i] = clipped
     sims = [float((g * est).sum() / (torch.linalg.vector_norm(g) * torch.linalg.vector_norm(est))) for g in grads]
     sel = [i for i, s in enumerate(sims) if s > theta]
     if not sel:
@@ -109,8 +114,10 @@ def test_wkafl_formulas_by_hand_and_against_an_independent_implementation():
         grads = [torch.randn(6, generator=gen) * (1 + 3 * (i % 3)) + 0.5 for i in range(5)]
         taus = [int(t) for t in torch.randint(1, 6, (5,), generator=gen)]
         c1, b, theta = (1.5, 0.8, 0.1) if trial % 2 else (100.0, 10.0, 0.3)
-        mine, _, _ = two_stage_aggregate(grads, taus, c1, b, theta)
-        assert torch.allclose(mine, reference_two_stage(grads, taus, c1, b, theta), atol=1e-6), trial
+        for in_place in (True, False):
+            mine, _, _ = two_stage_aggregate(grads, taus, c1, b, theta, clip_in_place=in_place)
+            expected = reference_two_stage(grads, taus, c1, b, theta, in_place=in_place)
+            assert torch.allclose(mine, expected, atol=1e-6), (trial, in_place)
 
 
 def test_refl_formulas_by_hand():

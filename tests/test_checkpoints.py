@@ -12,6 +12,7 @@ import yaml
 from conftest import global_weights, make_trainer, run
 
 from lit_asyncfl import FederatedTrainer
+from lit_asyncfl import checkpoint as ckpt
 from lit_asyncfl.algorithms import FedAsync, FedAvg
 from lit_asyncfl.callbacks import Callback, ModelCheckpoint
 from lit_asyncfl.core.flat import FlatParameters
@@ -80,6 +81,21 @@ def test_a_checkpoint_of_an_earlier_format_is_refused_with_a_message(tmp_path):
     trainer = make_trainer(tmp_path, FedAsync(concurrency=2), max_versions=2)
     with pytest.raises(ValueError, match=r"written by an earlier lit_asyncfl \(lit_asyncfl.checkpoint.v1\)"):
         trainer.fit(LeNet5(), DigitsDataModule(), ckpt_path=str(old))
+
+
+def test_a_resumable_checkpoint_of_format_v2_is_refused_but_its_model_still_loads(tmp_path):
+    # v2's server states held BatchNorm statistics and its client-state manifest absolute paths: not resumable
+    run(tmp_path / "a", FedAsync(concurrency=2), max_versions=3)
+    path = tmp_path / "v2.ckpt"
+    checkpoint = torch.load(next((tmp_path / "a").rglob("last.ckpt")), weights_only=True)
+    checkpoint[ckpt.RUN_KEY]["format"] = "lit_asyncfl.checkpoint.v2"
+    checkpoint[ckpt.RUN_KEY]["checksum"] = ckpt.content_digest(checkpoint)
+    torch.save(checkpoint, path)
+    again = make_trainer(tmp_path / "b", FedAsync(concurrency=2), max_versions=6)
+    with pytest.raises(ValueError, match=r"earlier lit_asyncfl \(lit_asyncfl.checkpoint.v2\).*its global model loads"):
+        again.fit(LeNet5(lr=0.05), DigitsDataModule(), ckpt_path=str(path))
+    model = LeNet5.load_from_checkpoint(path)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), checkpoint["state_dict"].values()))
 
 
 def test_model_only_checkpoints_initialise_a_model_but_do_not_resume(tmp_path):

@@ -239,3 +239,32 @@ def test_a_refused_setting_ends_the_command_with_one_error_line(override, messag
     assert len(errors) == 1 and errors[0].startswith(f"error: {message}"), err
     assert "Traceback" not in err and "Union subtypes" not in err
     assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_a_checkpoint_naming_another_model_class_is_refused_before_anything_is_imported(tmp_path, capsys):
+    import sys
+
+    import torch
+
+    from lit_asyncfl import checkpoint as ckpt_io
+
+    fit = FederatedCLI(
+        args=["fit", "--config", "configs/quickstart.yaml", "--trainer.max_versions=2",
+              "--trainer.max_virtual_time=null", f"--trainer.default_root_dir={tmp_path}", *QUIET]
+    )  # fmt: skip
+    ckpt = Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    named = torch.load(ckpt, weights_only=True)["hyper_parameters"]["_class_path"]
+    assert named.endswith("LeNet5")  # what LightningCLI records, and the config's own class: accepted
+    FederatedCLI(args=["test", "--config", "configs/quickstart.yaml", f"--trainer.default_root_dir={tmp_path}",
+                       f"--ckpt_path={ckpt}", "--verbose=false"])  # fmt: skip
+    checkpoint = torch.load(ckpt, weights_only=True)
+    checkpoint["hyper_parameters"]["_class_path"] = "evil_module_for_the_test.Payload"  # someone else's file
+    evil = tmp_path / "evil.ckpt"
+    ckpt_io.save(checkpoint, evil)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["test", "--config", "configs/quickstart.yaml", f"--trainer.default_root_dir={tmp_path}",
+              f"--ckpt_path={evil}"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert f"{evil} was written by the model class 'evil_module_for_the_test.Payload', but the config's model" in err
+    assert "LeNet5" in err and "evil_module_for_the_test" not in sys.modules

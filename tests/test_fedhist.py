@@ -167,6 +167,7 @@ def test_fedhist_without_its_parts_and_k_equal_n_is_synchronous_fedavg(tmp_path)
 def test_dynsgd_and_twafl_weights_by_hand():
     for algo, expected in [
         (DynSGD(k=2, server_lr=1.0), (1 / 1 * 2.0 + 1 / 3 * 6.0) / 2),  # lr / tau, divided by K
+        (DynSGD(k=2, server_lr=1.0, normalize=True), (1 / 1 * 2.0 + 1 / 3 * 6.0) / (1 / 1 + 1 / 3)),  # FedHist's
         (TWAFL(k=2, server_lr=1.0), (E2**-1 * 2.0 + E2**-3 * 6.0) / (E2**-1 + E2**-3)),  # normalised (e/2)^-tau
     ]:
         server = Server(torch.zeros(1), algo.aggregator, algo.server_callbacks, 2)

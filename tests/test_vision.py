@@ -119,3 +119,42 @@ def test_fedasmu_runs_on_a_tiny_cifar_with_the_paper_models(tmp_path):
         )
         trainer.fit(model, datamodule=CIFAR10DataModule(root=str(tmp_path / "data"), batch_size=8))
         assert trainer.summary["versions"] == 6 and trainer.history[-1]["accuracy"] is not None
+
+
+class _Payload:
+    """What a crafted batch carries: unpickling it calls ``os.system``."""
+
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("hundred", [False, True], ids=["cifar10", "cifar100"])
+def test_a_crafted_cifar_batch_is_refused_naming_the_file_without_running_its_code(tmp_path, hundred):
+    make_cifar(tmp_path, hundred)
+    folder = tmp_path / ("cifar-100-python" if hundred else "cifar-10-batches-py")
+    first = folder / ("train" if hundred else "data_batch_1")
+    marker = tmp_path / "ran"
+    with open(first, "wb") as fh:
+        pickle.dump({"data": np.zeros((8, 3072), dtype=np.uint8), "labels": [0] * 8, "x": _Payload(marker)}, fh)
+    dm = (CIFAR100DataModule if hundred else CIFAR10DataModule)(root=str(tmp_path), val_fraction=0.25)
+    with pytest.raises(ValueError, match=rf"{first}: refused to load the global posix.system from the pickle: a CIFAR"):
+        dm.setup("fit")
+    assert not marker.exists()
+
+
+def test_cifar_batches_in_python_2_s_protocol_with_bytes_keys_still_load(tmp_path):
+    written = make_cifar(tmp_path)
+    folder = tmp_path / "cifar-10-batches-py"
+    for name, (data, labels) in written.items():  # as the real files: protocol 2, keys as bytes
+        with open(folder / name, "wb") as fh:
+            pickle.dump({b"data": data, b"labels": [int(v) for v in labels], b"batch_label": name.encode()}, fh,
+                        protocol=2)  # fmt: skip
+    dm = CIFAR10DataModule(root=str(tmp_path), val_fraction=0.25)
+    dm.setup("fit")
+    assert len(dm.train_set.tensors[1]) + len(dm.val_set.tensors[1]) == 40
+    assert dm.test_set.tensors[1].tolist() == [int(v) for v in written["test_batch"][1]]

@@ -51,13 +51,20 @@ class ASOFed(Algorithm):
       arrival (both). :math:`n` is the data of the clients seen so far (FedOpt; AFL-Lib uses every client's, which
       the server here does not know before they report): equal once every client has uploaded, larger before.
       FedOpt's first aggregation with a separate global rate is not reproduced.
-    * **Defaults** :math:`\lambda = 0.01`, :math:`\beta = 0.5` (AFL-Lib); 10% of the clients training at once
-      (FedASMU's comparison setting; the paper lets every client train).
+    * **Defaults** :math:`\lambda = 0.01`, :math:`\beta = 0.5` (AFL-Lib); every client training at once, as in the
+      paper (FedASMU's comparison runs 10%: ``concurrency=0.1``, see below).
 
     Not implemented: the paper's **online streaming data** (clients' shards here are fixed; a client trains on its
     whole shard each job) and its **server-side feature representation learning** (only commented-out code in
     AFL-Lib, :math:`W_1 \leftarrow \mathrm{softmax}(|W_1|) \odot W_1` on the first layer, absent from FedOpt; the
     paper's exact form could not be checked).
+
+    **Concurrency** (measured): the server applies :math:`n_k/n` (about :math:`1/N`) of each upload, so a pass of
+    all :math:`N` clients moves the model by about one averaged update; the paper lets every client train. At the
+    FedASMU digits suite's 10% concurrency (seed 0, 20,000 virtual s, 4,310 uploads) it ends at 0.69, the loss
+    leaving its initial plateau only after ~7,000 s; with every client training (``concurrency=1.0``) it reaches
+    0.8 at ~3,500 s and ends at 0.98, with 92,522 uploads (21x the client work). The suite keeps the same 10% for
+    every method; the default is the paper's (every client).
 
     Sources: AFL-Lib's ``asofed`` client/server (``alg.asyncbase``), FedOpt's ``ASOFed`` aggregation and client
     (``FedOpt/src/Federation``), N. Cubero Torres' Keras ``AsynOnLocalUpdate`` optimizer; the paper's text (arXiv
@@ -84,7 +91,7 @@ class ASOFed(Algorithm):
         lam: float = 0.01,
         beta: float = 0.5,
         log_base: float = math.e,
-        concurrency: int | float = 0.1,
+        concurrency: int | float = 1.0,
     ) -> None:
         hparams = hyperparameters(locals())
         super().__init__(

@@ -42,6 +42,10 @@ class FedDyn(Algorithm):
       (``1e-3``) is the module's own ``weight_decay``.
     * **Dropped members** (a round deadline, devices going offline): :math:`P_t` is who returned; a client whose job
       was lost keeps its state.
+    * **Gradient clipping at norm 10**, as the authors' code (``max_norm = 10`` in ``utils_general.py``, every
+      local step of every method): the gradient of the task and linear terms is clipped, then :math:`\alpha
+      \theta` is added (their SGD's weight decay; see :func:`~lit_asyncfl.functional.feddyn.feddyn_gradient`). The
+      paper does not mention it; ``max_grad_norm=None`` gives the unclipped objective as printed.
     * **Default** :math:`\alpha = 0.01` (the authors' commands use ``alpha_coef`` 1e-2 to 1e-1).
 
     Sources: the paper's algorithm and the authors' code (github.com/alpemreacar/FedDyn, ``utils_methods.py``)
@@ -51,6 +55,7 @@ class FedDyn(Algorithm):
 
     Args:
         alpha: :math:`\alpha > 0`.
+        max_grad_norm: Clip each local step's gradient to this norm, as the authors' code (``None``: no clip).
         clients_per_round: Fraction or count of clients per round.
         round_deadline: Longest round in virtual seconds (see :class:`~lit_asyncfl.algorithms.FedAvg`).
 
@@ -61,7 +66,11 @@ class FedDyn(Algorithm):
     """
 
     def __init__(
-        self, alpha: float = 0.01, clients_per_round: int | float = 0.1, round_deadline: float | None = None
+        self,
+        alpha: float = 0.01,
+        clients_per_round: int | float = 0.1,
+        round_deadline: float | None = None,
+        max_grad_norm: float | None = 10.0,
     ) -> None:
         hparams = hyperparameters(locals())
         check_number("round_deadline", round_deadline, 0, open_min=True, optional=True, unit=" virtual seconds")
@@ -69,6 +78,6 @@ class FedDyn(Algorithm):
             scheduler=SynchronousRounds(clients_per_round, deadline=round_deadline),
             aggregator=ModelAverage(buffer_size=None),
             server_callbacks=[DynamicCorrection(alpha)],
-            client_callbacks=[DynamicRegularizer(alpha)],
+            client_callbacks=[DynamicRegularizer(alpha, max_grad_norm)],
             hparams=hparams,
         )

@@ -37,7 +37,10 @@ class WKAFL(Algorithm):
     * **Clipping**: each :math:`g_i` to norm :math:`C_1` and, in stage one, to :math:`C_1 \|g_f\|`
       (:math:`g_f` the freshest), as the authors' code (both with ``CB1``); stage two clips to
       :math:`B \|\tilde G\|` from the first aggregation on (the authors' code turns it on after 1000 iterations,
-      with a bound computed from a zeroed tensor).
+      with a bound computed from a zeroed tensor). Stage two reads the gradients as stage one clipped them: the
+      authors' ``TensorClip`` rewrites the buffered gradients in place, so their stage two sums
+      :math:`\mathrm{clip}(g_i, C_1 \|g_f\|)` (``clip_in_place=False``: the gradients as they came, as the
+      formulas above read).
     * **No consistent gradient**: the stage-one estimate :math:`\tilde G` is applied (as the authors' code).
     * **Defaults** from the authors' MNIST script: :math:`K = 10`, :math:`C_1 = 100`, :math:`B = 10`,
       :math:`\theta = 0.3`, :math:`\beta = 0.1`, the factor 10 of the consistency weights, the rate decay 0.1.
@@ -54,6 +57,7 @@ class WKAFL(Algorithm):
         first_clip: :math:`C_1`.
         second_clip: :math:`B`.
         threshold: Consistency threshold :math:`\theta`.
+        clip_in_place: Stage two reads the gradients as stage one clipped them (the authors' code).
 
     Example:
         >>> algo = WKAFL(k=5)
@@ -69,10 +73,13 @@ class WKAFL(Algorithm):
         first_clip: float = 100.0,
         second_clip: float = 10.0,
         threshold: float = 0.3,
+        clip_in_place: bool = True,
     ) -> None:
         hparams = hyperparameters(locals())
         super().__init__(
             scheduler=KAsync(k),
-            aggregator=TwoStageWeightedStep(k, server_lr, momentum, first_clip, second_clip, threshold),
+            aggregator=TwoStageWeightedStep(
+                k, server_lr, momentum, first_clip, second_clip, threshold, clip_in_place=clip_in_place
+            ),
             hparams=hparams,
         )

@@ -23,7 +23,10 @@ class Callback:
     :meth:`load_state_dict` when a run resumes, so a resumed run keeps, e.g., its best scores and patience.
 
     Hooks are called in the order of the trainer's ``callbacks`` (the built-in ones around them: progress and
-    interrupt handling first; outputs, the run checkpoint and the loggers last).
+    interrupt handling first; outputs, the run checkpoint and the loggers last). An exception raised in a hook
+    called inside an event (``on_new_version``, ``on_evaluation_end``, ``on_scheduler_metrics``,
+    ``on_client_update``) ends the run at the end of that event, once the other callbacks had the hook, so that
+    ``last.ckpt`` holds a consistent state to resume from.
 
     Example:
         >>> class PrintAccuracy(Callback):
@@ -75,7 +78,9 @@ class Callback:
         """Called at the end of the run, after the final evaluation, with ``trainer.summary`` filled in."""
 
     def on_exception(self, trainer: FederatedTrainer, exception: BaseException) -> None:
-        """Called when the run raises (a second Ctrl-C included), before the exception propagates."""
+        """Called when the run raises (a second Ctrl-C included), before the exception propagates. Every callback's
+        is called even if another one raises; the run's original exception is the one raised (what an
+        ``on_exception`` raises is logged and attached to it as a note)."""
 
     def on_save_checkpoint(self, trainer: FederatedTrainer, checkpoint: dict[str, Any]) -> None:
         """Called when a checkpoint is written; entries added to ``checkpoint`` are saved with it."""

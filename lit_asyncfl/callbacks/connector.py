@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,8 @@ from lit_asyncfl.core.update import ClientUpdate
 
 if TYPE_CHECKING:
     from lit_asyncfl.trainer import FederatedTrainer
+
+log = logging.getLogger("lit_asyncfl")
 
 
 def configure_callbacks(
@@ -63,6 +66,13 @@ class CallbackConnector(SimulationObserver):
     version's metrics (as its evaluator) and calls :meth:`after_event` after each event; it evaluates the global
     model when due and calls the callbacks' hooks with the trainer.
 
+    Failures (see ``docs/reproducibility.md``): an exception a callback (or a logger, through the
+    ``LoggerConnector``) raises in a hook called *inside* an event (``on_new_version``, ``on_evaluation_end``,
+    ``on_scheduler_metrics``, ``on_client_update``) does not cut the event short: the other callbacks still get
+    the hook, the event completes, and the first such exception is raised at the event boundary that follows, so
+    the run ends in a consistent state that ``last.ckpt`` then holds (a resume continues from it exactly).
+    :meth:`call_all` (``on_exception``) calls every callback whatever another raises.
+
     Args:
         trainer: The :class:`~lit_asyncfl.FederatedTrainer` (its ``callbacks`` and ``evaluation``).
     """
@@ -73,20 +83,66 @@ class CallbackConnector(SimulationObserver):
         self.evaluation = trainer.evaluation
         self._event_end: list[Callback] = []
         self._client_update: list[Callback] = []
+        #: The first exception a callback raised inside the current event (raised at its end).
+        self.pending: BaseException | None = None
 
     def setup(self) -> None:
         """Take the trainer's callbacks as they are at the start of a fit."""
         self.callbacks = self.trainer.callbacks
         self._event_end = [cb for cb in self.callbacks if is_overridden("on_event_end", cb, Callback)]
         self._client_update = [cb for cb in self.callbacks if is_overridden("on_client_update", cb, Callback)]
+        self.pending = None
 
     def call(self, hook: str, *args: Any) -> None:
         """Call ``hook`` of every callback, in order, with the trainer and ``args``."""
         for cb in self.callbacks:
             getattr(cb, hook)(self.trainer, *args)
 
+    def call_all(self, hook: str, *args: Any) -> list[BaseException]:
+        """Call ``hook`` of every callback whatever another raises (``on_exception``); the exceptions raised, each
+        logged with its callback."""
+        errors = []
+        for cb in self.callbacks:
+            try:
+                getattr(cb, hook)(self.trainer, *args)
+            except Exception as error:
+                log.warning("lit_asyncfl: %s.%s raised %r", type(cb).__name__, hook, error, exc_info=error)
+                errors.append(error)
+        return errors
+
+    def _call_in_event(self, hook: str, callbacks: Sequence[Callback], *args: Any) -> None:
+        """Call ``hook`` of ``callbacks``; an exception is kept for the end of the event (the first one) or, outside
+        an event, raised once every callback had the hook."""
+        sim = self.trainer.simulator
+        first: Exception | None = None
+        for cb in callbacks:
+            try:
+                getattr(cb, hook)(self.trainer, *args)
+            except Exception as error:
+                if first is None:
+                    first = error
+                else:
+                    log.warning("lit_asyncfl: %s.%s raised %r too", type(cb).__name__, hook, error, exc_info=error)
+        if first is None:
+            return
+        if sim is None or not sim.in_event:
+            raise first
+        if self.pending is None:
+            log.warning("lit_asyncfl: a run callback raised %r in %s: the run ends after this event", first, hook)
+            self.pending = first
+        else:
+            log.warning("lit_asyncfl: %s raised %r too", hook, first, exc_info=first)
+
+    def raise_pending(self) -> None:
+        """Raise the exception a callback raised inside the last event, if any (at an event boundary)."""
+        if self.pending is not None:
+            error, self.pending = self.pending, None
+            raise error
+
     def after_event(self) -> bool:
-        """``on_event_end`` of the callbacks that have one; whether the run should stop."""
+        """``on_event_end`` of the callbacks that have one; whether the run should stop (an exception a callback
+        raised during the event is raised first)."""
+        self.raise_pending()
         for cb in self._event_end:
             cb.on_event_end(self.trainer)
         return self.trainer.should_stop
@@ -95,7 +151,7 @@ class CallbackConnector(SimulationObserver):
         """Evaluate the current global model and call ``on_evaluation_end`` with its row."""
         row = self.evaluation.run(sim)
         if row is not None:
-            self.call("on_evaluation_end", row)
+            self._call_in_event("on_evaluation_end", self.callbacks, row)
 
     def current_metrics(self, sim: Simulator) -> dict[str, Any]:
         """The evaluation row of the current global version (evaluated now if not yet): the simulator's evaluator."""
@@ -106,15 +162,14 @@ class CallbackConnector(SimulationObserver):
         return self.evaluation.history[-1]
 
     def on_new_version(self, sim: Simulator) -> None:
-        self.call("on_new_version")
+        self._call_in_event("on_new_version", self.callbacks)
         if self.evaluation.is_due(sim.server.version):
             self.evaluate(sim)
 
     def on_update(self, sim: Simulator, update: ClientUpdate, aggregated: bool) -> None:
-        for cb in self._client_update:
-            cb.on_client_update(self.trainer, update, aggregated)
+        self._call_in_event("on_client_update", self._client_update, update, aggregated)
 
     def on_log(self, sim: Simulator, metrics: dict[str, Any]) -> None:
         if self.evaluation.has(sim.server.version):  # they join that version's evaluation row
             self.evaluation.history[-1].update(metrics)
-        self.call("on_scheduler_metrics", metrics)
+        self._call_in_event("on_scheduler_metrics", self.callbacks, metrics)

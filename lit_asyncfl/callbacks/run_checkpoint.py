@@ -22,8 +22,9 @@ class RunCheckpoint(Callback):
     It is written (atomically: a crash mid-write leaves the previous file) at the end of the run (whatever ended
     it), at the first event boundary after every ``every_n_seconds`` of wall time (so a run killed with ``kill -9``
     or by the out-of-memory killer loses at most that much), after every ``every_n_events`` events, and when an
-    exception ends the run while the simulation is at an event boundary (e.g. a client job that raised: the
-    state before its event). Writing never changes results. Every trainer has one
+    exception ends the run while the simulation is at an event boundary (a client job that raised: the state
+    before its event; a run callback or logger that raised inside an event: the state at the end of that
+    event). Writing never changes results. Every trainer has one
     (``FederatedTrainer(checkpoint_every=N, checkpoint_every_seconds=S)`` set the intervals).
 
     Args:
@@ -71,7 +72,7 @@ class RunCheckpoint(Callback):
             return
         try:
             self._save(trainer)
-            log.warning("lit_asyncfl: the run failed; last.ckpt holds its state before the failing event")
+            log.warning("lit_asyncfl: the run failed; last.ckpt holds its state at the event boundary where it stopped")
         except Exception as error:  # never hide the exception that ended the run
             log.warning("lit_asyncfl: could not write last.ckpt after the failure: %r", error)
 

@@ -9,6 +9,7 @@ sequential executor does (the weights are the same either way).
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 import lightning as L
@@ -18,9 +19,10 @@ from torch import Tensor
 from lit_asyncfl.checks import check_number
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.client_state import ClientStateStore
-from lit_asyncfl.core.workspace import ModelWorkspace
+from lit_asyncfl.core.workspace import ModelWorkspace, _no_log
 from lit_asyncfl.functional.contrastive import model_contrastive_loss
 from lit_asyncfl.functional.feddyn import feddyn_client_state
+from lit_asyncfl.loops.job_trainer import JobTrainer
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
@@ -112,6 +114,40 @@ class ModelContrastive(_StatefulClientCallback):
                 "forward through it (`return self.head(self.representation(x))`); see lit_asyncfl.models"
             )
 
+    def check_batch(self, module: L.LightningModule, batch: Any) -> None:
+        """At fit start, on a real client batch (a copy of the module; no trace left): refuse a ``training_step``
+        that never calls ``representation`` or a representation that depends on no trainable parameter (e.g.
+        ``LogisticRegression``), instead of failing at the first job and blaming its client."""
+        probe = copy.deepcopy(module)
+        probe.log = probe.log_dict = _no_log  # type: ignore[method-assign,assignment]
+        probe._trainer = JobTrainer("fast", 1, 1)
+        original, recorded = probe.representation, []
+
+        def recorder(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+            z = original(x, *args, **kwargs)
+            recorded.append(z)
+            return z
+
+        probe.representation = recorder  # type: ignore[method-assign]
+        try:
+            with torch.enable_grad(), torch.random.fork_rng(devices=[]):
+                probe.train()
+                probe.training_step(batch, 0)
+        except Exception:  # the model-fits-data check and the first job report the module's own errors
+            return
+        name = type(module).__name__
+        if not recorded:
+            raise ValueError(
+                f"MOON: {name}.training_step did not call self.representation(x); compute forward through "
+                "representation(x) so that one forward pass gives both the loss and z"
+            )
+        if not recorded[0].requires_grad:
+            raise ValueError(
+                f"MOON: the representation of {name} depends on no trainable parameter (a linear model such as "
+                "LogisticRegression): the contrastive term would change nothing; use a model with hidden layers "
+                "(e.g. LeNet5, MLP)"
+            )
+
     def on_fit_start(self, num_clients: int) -> None:
         self._copies = None
         self._recorded = None
@@ -190,10 +226,14 @@ class DynamicRegularizer(_StatefulClientCallback):
     then stays as it was (``update.info["client_state"]`` says so), which keeps :math:`h = \frac{1}{m} \sum_k g_k`
     and spares the client a NaN correction in every later job.
 
+    With ``max_grad_norm`` :math:`C` the step's gradient is clipped as the authors' code does, after the linear
+    terms and before :math:`\alpha \theta` (see :func:`~lit_asyncfl.functional.feddyn.feddyn_gradient`).
+
     Memory: one model-sized vector per client that has trained (in the store).
 
     Args:
         alpha: :math:`\alpha > 0`.
+        max_grad_norm: :math:`C > 0`, or ``None`` for no clipping.
 
     Example:
         >>> DynamicRegularizer(alpha=0.01).alpha
@@ -203,9 +243,11 @@ class DynamicRegularizer(_StatefulClientCallback):
     #: Name of :math:`g_k` in the client state store.
     STATE_NAME = "feddyn_gradient"
 
-    def __init__(self, alpha: float = 0.01) -> None:
+    def __init__(self, alpha: float = 0.01, max_grad_norm: float | None = None) -> None:
         check_number("FedDyn alpha", alpha, 0, open_min=True)
+        check_number("max_grad_norm", max_grad_norm, 0, open_min=True, optional=True)
         self.alpha = alpha
+        self.max_grad_norm = max_grad_norm
         self._anchors: list[Tensor] = []
         self._state: list[Tensor] | None = None
 
@@ -224,6 +266,13 @@ class DynamicRegularizer(_StatefulClientCallback):
             return
         params, anchors, states = zip(*triples)
         grads = [p.grad for p in params]
+        if self.max_grad_norm is not None:  # the authors' order: linear terms, clip, then alpha * theta
+            torch._foreach_add_(grads, list(anchors), alpha=-self.alpha)
+            if self._state is not None:
+                torch._foreach_sub_(grads, list(states))
+            torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+            torch._foreach_add_(grads, list(params), alpha=self.alpha)
+            return
         torch._foreach_add_(grads, torch._foreach_sub(params, anchors), alpha=self.alpha)
         if self._state is not None:
             torch._foreach_sub_(grads, list(states))

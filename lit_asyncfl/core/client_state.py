@@ -10,15 +10,19 @@ Design (what a checkpoint holds):
 * **Immutable, versioned files.** An entry is written to a new file ``<client>_<name>_<generation>.bin`` (its raw
   bytes) and never rewritten; putting a new value supersedes the file. A superseded file is deleted at once unless
   a checkpoint refers to it.
-* **Checkpoints are manifests.** With a budget, :meth:`ClientStateStore.state_dict` first writes the entries
-  changed since the previous checkpoint (each written once, however many checkpoints follow), then returns a
-  manifest: per entry its file, dtype, shape, size and CRC-32. A periodic checkpoint of 10,000 clients' state is
-  then a few hundred kB, never a copy of the gigabytes on disk (copy-on-write: the files of the last two manifests
-  are kept while newer values go to new files). Without a budget (``budget_bytes=None``) the store never writes
-  files and a checkpoint holds the tensors, as any other state does.
-* **Resume** reads the manifest: its files are checked for existence and size at once and by CRC-32 when read;
-  they belong to the checkpoint and are never deleted by the resumed run, which writes its own files into its own
-  directory.
+* **Checkpoints hold what is in memory and refer to what is on disk.** :meth:`ClientStateStore.state_dict`
+  returns the resident entries as tensors (at most ``budget_bytes``: under the default budget a run's checkpoint is
+  self-contained, a copy of it resumes anywhere) and a manifest of the spilled ones: per entry its file, dtype,
+  shape, size and CRC-32. Spilled entries are never copied into a checkpoint: a periodic checkpoint of 10,000
+  clients' state on disk is a few hundred kB of manifest (copy-on-write: the files of the last two manifests are
+  kept while newer values go to new files). The trainer stores the manifest's paths relative to the checkpoint's
+  directory (:func:`relative_manifest`), so a run directory can be moved or copied whole and still resumes.
+  Without a budget (``budget_bytes=None``) the store never writes files.
+* **Resume** reads the manifest: its files are checked for existence and size at once (every missing file is
+  named) and by CRC-32 when read; they belong to the checkpoint and are never deleted by the resumed run, which
+  writes its own files into its own directory.
+* **Disk errors are the run's**: a file that cannot be written or read back raises :class:`ClientStateError`,
+  which the simulator never blames on the client whose job was running.
 * **Release** (:meth:`ClientStateStore.release`, at the end of a run): memory is freed and the store's files that
   the last checkpoint does not refer to are deleted (those it refers to are part of that checkpoint).
 
@@ -52,6 +56,31 @@ from lit_asyncfl.checks import check, check_int
 
 #: Characters allowed in an entry name (it is part of a file name).
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+class ClientStateError(RuntimeError):
+    """The per-client state store could not write or read back a file (a full disk, a file changed or deleted):
+    a failure of the run's storage, never of the client whose job was running."""
+
+
+def relative_manifest(state: dict[str, Any], base: str) -> dict[str, Any]:
+    """``state`` (of :meth:`ClientStateStore.state_dict`) with its files' paths relative to ``base`` (the
+    checkpoint's directory): a run directory moved or copied whole still finds them.
+
+    Example:
+        >>> state = {"generation": 1, "tensors": [], "files": [(0, "h", "/run/client_state/0_h_1.bin", "float32",
+        ...          [4], 16, 0)]}
+        >>> relative_manifest(state, "/run/checkpoints")["files"][0][2]
+        '../client_state/0_h_1.bin'
+    """
+    files = [(c, n, os.path.relpath(p, base), *rest) for c, n, p, *rest in state["files"]]
+    return {**state, "files": files}
+
+
+def resolved_manifest(state: dict[str, Any], base: str) -> dict[str, Any]:
+    """The inverse of :func:`relative_manifest` (absolute paths, as checkpoints written before it held, stay)."""
+    files = [(c, n, os.path.normpath(os.path.join(base, p)), *rest) for c, n, p, *rest in state["files"]]
+    return {**state, "files": files}
 
 
 @dataclass
@@ -167,17 +196,27 @@ class ClientStateStore:
         self.generation += 1
         path = os.path.join(os.path.abspath(directory), f"{key[0]}_{key[1]}_{self.generation}.bin")
         raw = _raw_bytes(tensor)
-        with open(path, "wb") as f:
-            f.write(raw.tobytes())
+        try:
+            with open(path, "wb") as f:
+                f.write(raw.tobytes())
+        except OSError as error:
+            _remove(path)
+            raise ClientStateError(
+                f"could not write client state to {path}: {error}; the run's disk failed, not a client (free space "
+                "under the log dir, or raise client_state_budget so that less state spills to disk)"
+            ) from error
         self._drop_file(key)
         self._files[key] = _File(path, tensor.dtype, tuple(tensor.shape), raw.size, zlib.crc32(raw), owned=True)
         self._dirty.discard(key)
         self.bytes_written += raw.size
 
     def _read(self, file: _File) -> Tensor:
-        raw = np.fromfile(file.path, dtype=np.uint8)
+        try:
+            raw = np.fromfile(file.path, dtype=np.uint8)
+        except OSError as error:
+            raise ClientStateError(f"could not read client state file {file.path}: {error}") from error
         if raw.size != file.nbytes or zlib.crc32(raw) != file.crc:
-            raise RuntimeError(
+            raise ClientStateError(
                 f"client state file {file.path} does not hold what was written ({raw.size} bytes, expected "
                 f"{file.nbytes}, or a CRC-32 mismatch): it was changed or truncated after its checkpoint"
             )
@@ -197,18 +236,14 @@ class ClientStateStore:
 
     # -- checkpoints --------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The store at this moment: with a budget, a manifest of files (entries changed since the last call are
-        written first); without one, resident entries as tensors (and files, if a resumed checkpoint left some)."""
-        if self.budget_bytes is not None:
-            for key in [k for k in self._resident if k in self._dirty]:
-                self._write(key, self._resident[key])
-        # not cloned: the store never changes a tensor in place (put keeps a new copy), and a checkpoint of 10,000
-        # clients' state would otherwise hold it twice in memory while it is written
-        tensors = [(c, n, t) for (c, n), t in self._resident.items() if (c, n) in self._dirty]
+        """The store at this moment: the resident entries as tensors (at most the budget's bytes) and a manifest of
+        the spilled ones' files (absolute paths; see :func:`relative_manifest`)."""
+        # not cloned: the store never changes a tensor in place (put keeps a new copy)
+        tensors = [(c, n, t) for (c, n), t in self._resident.items()]
         files = [
             (c, n, f.path, str(f.dtype).removeprefix("torch."), list(f.shape), f.nbytes, f.crc)
             for (c, n), f in self._files.items()
-            if (c, n) not in self._dirty
+            if (c, n) not in self._resident
         ]
         self._pins = [*self._pins[-1:], {f[2] for f in files}]
         for path in [p for p in self._superseded if not any(p in pin for pin in self._pins)]:
@@ -221,15 +256,20 @@ class ClientStateStore:
         CRC-32 when read, and never deleted by this store."""
         self._clear()
         self.generation = int(state["generation"])
-        for client, name, path, dtype, shape, nbytes, crc in state["files"]:
+        wrong = []
+        for _, _, path, _, _, nbytes, _ in state["files"]:
             size = os.path.getsize(path) if os.path.isfile(path) else None
             if size != nbytes:
-                raise ValueError(
-                    f"the checkpoint's client state refers to {path}, which is "
-                    f"{'missing' if size is None else f'{size} bytes, not {nbytes}'}: the files under its "
-                    "client_state directory belong to the checkpoint (only the latest two checkpoints of a run keep "
-                    "theirs); resume from the run's latest checkpoint with its directory in place"
-                )
+                wrong.append(f"{path} ({'missing' if size is None else f'{size} bytes, not {nbytes}'})")
+        if wrong:
+            raise ValueError(
+                f"the checkpoint's client state (spilled beyond client_state_budget) needs {len(state['files'])} "
+                f"file(s) of the run's client_state directory, and {len(wrong)} are missing or changed: "
+                f"{', '.join(wrong[:5])}{', ...' if len(wrong) > 5 else ''}. Copy or move the run directory whole "
+                "(the paths are relative to the checkpoint's directory), and resume from one of the run's latest two "
+                "checkpoints (older ones' files are deleted)"
+            )
+        for client, name, path, dtype, shape, nbytes, crc in state["files"]:
             dt = getattr(torch, dtype)
             self._files[(int(client), name)] = _File(path, dt, tuple(shape), int(nbytes), int(crc), owned=False)
         for client, name, tensor in state["tensors"]:

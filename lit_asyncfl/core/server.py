@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from lit_asyncfl.core.update import ClientUpdate
+from lit_asyncfl.functional.aggregation import weighted_average
 from lit_asyncfl.server.aggregators import Aggregator
 from lit_asyncfl.server.base import ServerCallback
 
@@ -22,7 +23,8 @@ class ServerStats:
     Args:
         received: Updates that reached the server.
         aggregated: Updates that went into a new global version.
-        discarded: Updates dropped for staleness (by a callback whose ``rejection_kind`` is ``"discarded"``).
+        discarded: Updates dropped for staleness (by a callback whose ``rejection_kind`` is ``"discarded"``, or
+            superseded by a newer update of the same client in FedCompass's aggregation).
         rejected: Invalid updates (non-finite, mis-shaped, or refused by a callback).
         reasons: Count per rejection or discard reason.
         staleness_sum: Sum of the staleness of received updates.
@@ -48,7 +50,7 @@ class ServerStats:
 
 
 class Server:
-    """Holds the global weights ``w_t`` and version ``t``; applies callbacks and the aggregator to updates.
+    r"""Holds the global weights ``w_t`` and version ``t``; applies callbacks and the aggregator to updates.
 
     Global weight tensors are never modified in place: each aggregation makes a new tensor, so a client's
     ``base_weights`` can share the tensor that was global when it was dispatched.
@@ -61,6 +63,21 @@ class Server:
         data: Labelled data held out for the server, as ``(inputs, targets)`` tensors (e.g. FedADT's distillation
             set), or ``None``.
         workspace_factory: Builds a spare copy of the model for callbacks that run it (see :attr:`workspace`).
+        param_numel: How many leading entries of the weights are parameters; the rest are floating buffers
+            (BatchNorm running statistics, see :class:`~lit_asyncfl.core.flat.FlatParameters`). ``None``: all of
+            them are parameters.
+
+    **Buffers are averaged, never stepped.** A server step — ``transform_aggregate`` callbacks (server momentum,
+    AMSGrad, norm amplification, FedDyn's correction) and every aggregator that moves the model by a rule other
+    than a convex combination of models (a server learning rate, staleness-scaled rates, calibration, clipping)
+    — is a rule for parameters: the ``transform_aggregate`` callbacks receive the parameter part of the step only,
+    and after an aggregator whose :attr:`~lit_asyncfl.server.aggregators.Aggregator.averages_models` is ``False``
+    the new model's buffers are the mean of the aggregated uploads' buffers, weighted by the server callbacks'
+    weights :math:`p_i` (:math:`\sum_i p_i b_i / \sum_i p_i` over the updates with :math:`p_i > 0`; the buffers
+    stay as they were when every :math:`p_i` is 0), as the authors' code and APPFL average them. Aggregators
+    whose rule is a convex combination of models (``ModelAverage``, ``Mixing``, ``SlidingWindowAverage``) apply
+    it to the buffers as to the parameters. Integer and non-persistent buffers (``num_batches_tracked``) never
+    travel: every local training starts from their value when the trainer bound the model.
     """
 
     def __init__(
@@ -71,6 +88,7 @@ class Server:
         num_clients: int,
         data: tuple[Tensor, Tensor] | None = None,
         workspace_factory: Callable[[], Any] | None = None,
+        param_numel: int | None = None,
     ) -> None:
         keys = Counter(cb.state_key for cb in callbacks)
         duplicated = [k for k, n in keys.items() if n > 1]
@@ -87,6 +105,11 @@ class Server:
         self.data = data
         #: The global weights before the last aggregation.
         self.previous_weights = weights
+        numel = weights.numel()
+        if param_numel is not None and not 0 < param_numel <= numel:
+            raise ValueError(f"param_numel must be in [1, {numel}] (the weights' length), got {param_numel}")
+        #: How many leading entries of the weights are parameters (the rest: floating buffers).
+        self.param_numel = numel if param_numel is None else int(param_numel)
         self._step_callbacks = [
             cb for cb in callbacks if type(cb).transform_aggregate is not ServerCallback.transform_aggregate
         ]
@@ -153,14 +176,20 @@ class Server:
         """Aggregate whatever is buffered; return whether a new version was made."""
         if not self.aggregator.buffer:
             return False
-        updates = [u for u, _ in self.aggregator.buffer]
+        buffered = list(self.aggregator.buffer)
+        updates = [u for u, _ in buffered]
+        n = self.param_numel
+        has_buffers = n < self.weights.numel()
         if self._step_callbacks:
             step = self.aggregator.aggregate_step(self)  # as computed: not rebuilt as (w + step) - w
+            params = step[:n] if has_buffers else step
             for cb in self._step_callbacks:
-                step = cb.transform_aggregate(self, step, updates)
-            new_weights = self.weights + step
+                params = cb.transform_aggregate(self, params, updates)  # a server step moves parameters only
+            new_weights = self.weights + (torch.cat([params, step[n:]]) if has_buffers else params)
         else:
             new_weights = self.aggregator.aggregate(self)
+        if has_buffers and not self.aggregator.averages_models:
+            new_weights = torch.cat([new_weights[:n], self._buffer_average(buffered, n)])
         self.aggregator.buffer = []
         if not bool(torch.isfinite(new_weights).all()):
             # A transform or weight produced a non-finite model: keep the current one, count the updates.
@@ -176,6 +205,13 @@ class Server:
         for cb in self.callbacks:
             cb.on_aggregated(self, updates)
         return True
+
+    def _buffer_average(self, buffered: list[tuple[ClientUpdate, float]], n: int) -> Tensor:
+        """The floating buffers of the next model: the weighted mean of the aggregated uploads' buffers."""
+        entries = [(u.weights[n:], w) for u, w in buffered if w > 0]
+        if not entries:
+            return self.weights[n:]
+        return weighted_average([b for b, _ in entries], [w for _, w in entries])
 
     def state_dict(self) -> dict[str, Any]:
         """Global weights, version, counters, aggregator and callback states."""

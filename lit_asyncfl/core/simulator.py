@@ -15,6 +15,7 @@ from torch import Tensor
 from lit_asyncfl.availability import AlwaysAvailable, Availability
 from lit_asyncfl.checks import check_choice, check_int
 from lit_asyncfl.client_callbacks.base import ClientCallback
+from lit_asyncfl.core.client_state import ClientStateError
 from lit_asyncfl.core.clock import Event, EventQueue
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.core.server import Server
@@ -37,6 +38,16 @@ CRASH_STREAM = 0xC4A54
 
 class ClientJobError(RuntimeError):
     """A client job raised; the simulation stopped at the event boundary before the job's event."""
+
+
+def _is_storage_error(error: BaseException | None) -> bool:
+    """Whether ``error`` (or what caused it) is a failure of the run's client state storage (a full disk)."""
+    seen = 0
+    while error is not None and seen < 16:
+        if isinstance(error, ClientStateError):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
 
 
 def samples_before_step(num_samples: int, batch_size: int, step: int, drop_last: bool = False) -> int:
@@ -481,6 +492,8 @@ class Simulator:
         try:  # (client callbacks learn from a job in on_train_end, which a job that raises never reaches)
             return self.executor.result(job.job_id, fresh=fresh)
         except Exception as error:
+            if _is_storage_error(error):  # the run's disk, not the client: never dropped, never blamed on it
+                raise
             if self.on_client_error == "raise":
                 raise ClientJobError(
                     f"the job {job.job_id} of client {job.client} (from version {job.base_version}) raised "

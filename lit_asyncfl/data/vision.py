@@ -10,7 +10,6 @@ batch; evaluation images are standardised once.
 from __future__ import annotations
 
 import gzip
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from lit_asyncfl.checks import check_bool, check_int, check_path
 from lit_asyncfl.data.base import FederatedDataModule, require_files
 from lit_asyncfl.data.partition import Partitioner
 from lit_asyncfl.data.transforms import normalize, random_crop_flip
+from lit_asyncfl.traces import safe_pickle_load
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -181,8 +181,11 @@ class FashionMNISTDataModule(MNISTDataModule):
 
 
 def _unpickle(path: Path) -> dict:
-    with open(path, "rb") as fh:
-        data = pickle.load(fh, encoding="latin1")  # CIFAR's own format (Python pickles of numpy arrays)
+    """A CIFAR batch (a Python pickle of NumPy arrays, lists and strings), read without running code: a file naming
+    any other global (a crafted ``data_batch_1``) is refused naming the file."""
+    data = safe_pickle_load(path, "a CIFAR batch", encoding="latin1")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a CIFAR batch is a dict of arrays and labels, got {type(data).__name__}")
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in data.items()}
 
 

@@ -11,7 +11,14 @@ from __future__ import annotations
 from torch import Tensor
 
 
-def feddyn_gradient(grad: Tensor, theta: Tensor, theta_server: Tensor, g_k: Tensor | None, alpha: float) -> Tensor:
+def feddyn_gradient(
+    grad: Tensor,
+    theta: Tensor,
+    theta_server: Tensor,
+    g_k: Tensor | None,
+    alpha: float,
+    max_norm: float | None = None,
+) -> Tensor:
     r"""The gradient of client :math:`k`'s FedDyn objective at :math:`\theta`.
 
     .. math::
@@ -19,20 +26,33 @@ def feddyn_gradient(grad: Tensor, theta: Tensor, theta_server: Tensor, g_k: Tens
         + \frac{\alpha}{2} \lVert \theta - \theta^{t-1} \rVert^2 \Big]
         = \nabla L_k(\theta) - g_k + \alpha (\theta - \theta^{t-1})
 
+    With ``max_norm`` :math:`C`, as the authors' code (``utils_general.py``: ``clip_grad_norm_`` at ``max_norm =
+    10`` after ``backward`` of the task and linear terms, :math:`\alpha \theta` added after it by SGD's weight
+    decay): :math:`\mathrm{clip}_C(\nabla L_k(\theta) - g_k - \alpha \theta^{t-1}) + \alpha \theta`, where
+    :math:`\mathrm{clip}_C(x) = x \min(1, C / (\lVert x \rVert + 10^{-6}))` (``torch.nn.utils.clip_grad_norm_``).
+
     Args:
         grad: :math:`\nabla L_k(\theta)` (the task loss's gradient).
         theta: :math:`\theta`, the current local weights.
         theta_server: :math:`\theta^{t-1}`.
         g_k: :math:`g_k` (``None``: zero).
         alpha: :math:`\alpha`.
+        max_norm: :math:`C`, or ``None`` for no clipping.
 
     Example:
         >>> import torch
         >>> feddyn_gradient(torch.tensor([1.0]), torch.tensor([2.0]), torch.tensor([0.5]), torch.tensor([0.25]), 0.1)
         tensor([0.9000])
+        >>> feddyn_gradient(torch.tensor([30.0]), torch.tensor([2.0]), torch.tensor([0.5]), None, 0.1, max_norm=10.0)
+        tensor([10.2000])
     """
-    out = grad + alpha * (theta - theta_server)
-    return out if g_k is None else out - g_k
+    if max_norm is None:
+        out = grad + alpha * (theta - theta_server)
+        return out if g_k is None else out - g_k
+    linear = grad - alpha * theta_server
+    if g_k is not None:
+        linear = linear - g_k
+    return linear * min(1.0, max_norm / (float(linear.norm()) + 1e-6)) + alpha * theta
 
 
 def feddyn_client_state(g_k: Tensor | None, theta_k: Tensor, theta_server: Tensor, alpha: float) -> Tensor:

@@ -59,6 +59,7 @@ def two_stage_aggregate(
     second_clip: float = 10.0,
     threshold: float = 0.3,
     temperature: float = 10.0,
+    clip_in_place: bool = True,
 ) -> tuple[Tensor, Tensor, list[bool]]:
     r"""WKAFL's two stages over the :math:`K` buffered gradients.
 
@@ -69,6 +70,10 @@ def two_stage_aggregate(
     each clipped to :math:`B \|\tilde G\|`:
     :math:`G = \sum_{i\ \mathrm{kept}} \hat w_i\, \mathrm{clip}(g_i, B \|\tilde G\|)`; :math:`G = \tilde G` when none is
     consistent.
+
+    With ``clip_in_place`` (the default), stage two reads each :math:`g_i` as stage one clipped it,
+    :math:`\mathrm{clip}(g_i, C_1 \|g_f\|)`, as the authors' code does (its ``TensorClip`` rewrites the buffered
+    gradients in place); ``False``: the gradients as they came. Cosines do not depend on it, the final sum does.
 
     Returns:
         :math:`G`, :math:`\tilde G` and which gradients stage two kept.
@@ -82,8 +87,11 @@ def two_stage_aggregate(
     weights = staleness_weights(staleness)
     fresh = min(range(len(gradients)), key=lambda i: (staleness[i], i))
     bound = first_clip * float(gradients[fresh].norm())
-    estimate = sum(w * clip_norm(g, bound) for w, g in zip(weights, gradients))
+    clipped = [clip_norm(g, bound) for g in gradients]
+    estimate = sum(w * g for w, g in zip(weights, clipped))
     assert isinstance(estimate, Tensor)
+    if clip_in_place:
+        gradients = clipped
     sims = [cosine(g, estimate) for g in gradients]
     kept = [s > threshold for s in sims]
     if not any(kept):

@@ -170,7 +170,7 @@ class CompassScheduler(Scheduler):
 
     # -- groups -------------------------------------------------------------------------------------------------
     def _aggregate_group(self, sim: Simulator, gid: int) -> None:
-        self._aggregator(sim).release(GENERAL, str(gid))
+        self._aggregator(sim).release(GENERAL, str(gid), server=sim.server)
         sim.flush()
         group = self.groups[gid]
         arrived, group["arrived"] = group["arrived"], []

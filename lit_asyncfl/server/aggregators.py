@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import Tensor
 
@@ -21,9 +21,17 @@ class Aggregator:
     scheduler flushes (synchronous rounds end when every selected client has answered). ``buffer_size=None``
     means "only when flushed".
 
+    Buffers (BatchNorm running statistics) are averaged, never stepped (see
+    :class:`~lit_asyncfl.core.server.Server`): when :attr:`averages_models` is ``False`` the server replaces the
+    buffer part of :meth:`aggregate`'s model by the weighted mean of the aggregated uploads' buffers.
+
     Args:
         buffer_size: Number of updates that triggers an aggregation, or ``None``.
     """
+
+    #: Whether :meth:`aggregate` is a convex combination of models (the current one and the uploads), so that the
+    #: server may apply it to the floating buffers as to the parameters. ``False``: a step rule for parameters only.
+    averages_models: ClassVar[bool] = False
 
     def __init__(self, buffer_size: int | None = None) -> None:
         check(
@@ -89,6 +97,8 @@ class Mixing(Aggregator):
         1
     """
 
+    averages_models = True
+
     def __init__(self, alpha: float = 0.6) -> None:
         check_number("alpha", alpha, 0, 1, open_min=True)
         super().__init__(buffer_size=1)
@@ -112,6 +122,8 @@ class ModelAverage(Aggregator):
     Args:
         buffer_size: Aggregate after this many updates, or ``None`` to wait for a flush.
     """
+
+    averages_models = True
 
     def aggregate(self, server: Server) -> Tensor:
         return weighted_average([u.weights for u, _ in self.buffer], [w for _, w in self.buffer])

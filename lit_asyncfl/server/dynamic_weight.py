@@ -94,9 +94,10 @@ class DynamicStalenessWeight(ServerCallback):
         prev = self._previous.get(client)
         if prev is not None:
             steps = max(update.num_steps, 1)
-            movement = update.base_weights - update.weights
+            n = server.param_numel  # a gradient of the parameters (floating buffers are not trained by SGD)
+            movement = update.base_weights[:n] - update.weights[:n]
             if "merge_jump" in update.info:  # only the local SGD steps estimate the gradient, not the merge
-                movement = movement + update.info["merge_jump"]
+                movement = movement + update.info["merge_jump"][:n]
             g = movement / (float(update.info.get("lr", 1.0)) * steps)
             inner = float(torch.dot(g, prev["delta"]))
             d_lam, d_sigma, d_iota = fedasmu_alpha_grads(
@@ -112,7 +113,8 @@ class DynamicStalenessWeight(ServerCallback):
         self._pending.append(
             {
                 "client": client,
-                "delta": update.weights - server.weights,  # direction of this aggregation, d w_{t+1} / d alpha
+                # direction of this aggregation, d w_{t+1} / d alpha, over the parameters
+                "delta": update.weights[: server.param_numel] - server.weights[: server.param_numel],
                 "lambda": lam,
                 "sigma": sigma,
                 "iota": iota,

@@ -27,7 +27,8 @@ class DynamicCorrection(ServerCallback):
     :math:`\theta^{t-1}` each update's start model (the round's model). The aggregator's step (the average minus
     the model) is changed by :math:`-h^t / \alpha`; :math:`h` is committed only when the step was applied and is
     checkpointed. The correction acts on the parameters only (floating buffers such as BatchNorm statistics are
-    averaged), as the authors' code, which reads ``model.parameters()``. Memory: one model-sized vector.
+    averaged: the server hands every step callback the parameter part of the step), as the authors' code, which
+    reads ``model.parameters()``. Memory: one model-sized vector.
 
     Args:
         alpha: :math:`\alpha > 0` (the clients' :class:`~lit_asyncfl.client.DynamicRegularizer` must use the same).
@@ -51,13 +52,10 @@ class DynamicCorrection(ServerCallback):
         self._reset()
 
     def transform_aggregate(self, server: Server, step: Tensor, updates: list[ClientUpdate]) -> Tensor:
-        n = server.workspace.flat.param_numel
+        n = server.param_numel  # == step.numel(): the server hands a step callback the parameters only
         changes = sum((u.weights[:n] - u.base_weights[:n] for u in updates), start=step.new_zeros(n))
         self._pending = h = feddyn_server_state(self.h, changes, server.num_clients, self.alpha)
-        mean = server.weights + step
-        out = step.clone()
-        out[:n] = feddyn_server_model(mean[:n], h, self.alpha) - server.weights[:n]
-        return out
+        return feddyn_server_model(server.weights[:n] + step, h, self.alpha) - server.weights[:n]
 
     def on_aggregated(self, server: Server, updates: list[ClientUpdate]) -> None:
         if self._pending is not None:

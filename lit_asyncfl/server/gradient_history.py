@@ -46,7 +46,7 @@ class GradientHistory(ServerCallback):
         self._reset()
 
     def transform_update(self, server: Server, update: ClientUpdate) -> ClientUpdate:
-        gradient = -update.delta
+        gradient = -update.delta[: server.param_numel]  # gradients of parameters: buffers are averaged
         update.info["gradient"] = gradient
         update.info["gradient_norm"] = float(gradient.norm())
         return update
@@ -55,7 +55,8 @@ class GradientHistory(ServerCallback):
         if self.length == 0:
             return
         lr = float(getattr(server.aggregator, "server_lr", 1.0))
-        self.global_gradients.append((server.previous_weights - server.weights) / lr)
+        n = server.param_numel
+        self.global_gradients.append((server.previous_weights[:n] - server.weights[:n]) / lr)
         self.rounds.append(
             {
                 "round": server.version,

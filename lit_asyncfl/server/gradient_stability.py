@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
+
 from lit_asyncfl.checks import check_number
 from lit_asyncfl.functional.history import least_similar
 from lit_asyncfl.server.base import ServerCallback
@@ -39,9 +41,11 @@ class GradientStability(ServerCallback):
     def transform_update(self, server: Server, update: ClientUpdate) -> ClientUpdate:
         if server.version + 1 <= self.history.length or not self.history.global_gradients:
             return update
-        gradient = update.info.get("gradient", -update.delta)
+        n = server.param_numel  # the fusion is a step on parameters: the uploaded buffers are kept (averaged)
+        gradient = update.info.get("gradient", -update.delta[:n])
         candidates = list(self.history.global_gradients)
         index = least_similar(gradient, candidates)
-        update.weights = update.base_weights - (gradient + self.alpha * candidates[index])
+        fused = update.base_weights[:n] - (gradient + self.alpha * candidates[index])
+        update.weights = torch.cat([fused, update.weights[n:]]) if n < update.weights.numel() else fused
         update.info["egs_partner"] = index  # position in the buffer, oldest first
         return update

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from lit_asyncfl.checks import check_number
+from lit_asyncfl.checks import check_bool, check_number
 from lit_asyncfl.core.update import ClientUpdate
 from lit_asyncfl.functional.compass import compass_update
 from lit_asyncfl.server.aggregators import Aggregator
@@ -26,9 +26,15 @@ class GroupedDeltaStep(Aggregator):
     scheduler flushes (``sim.flush()``). An update never routed goes straight into the buffer. Everything held is
     checkpointed.
 
+    With ``latest_per_client`` (the default, as APPFL's ``CompassScheduler``, whose buffers are dictionaries keyed by
+    client), an aggregation takes one update per client, its newest job's: an older one released with it (a late
+    update followed by a second late one, or by the client's update to the group being aggregated) is discarded,
+    counted under the reason ``"superseded"``.
+
     Args:
         alpha: Mixing rate :math:`\alpha`.
         staleness_exponent: :math:`a` of :math:`s(\tau) = (\tau + 1)^{-a}`.
+        latest_per_client: Aggregate only each client's newest released update (``False``: every one).
 
     Example:
         >>> agg = GroupedDeltaStep(alpha=0.9)
@@ -36,12 +42,14 @@ class GroupedDeltaStep(Aggregator):
         (True, 0.9)
     """
 
-    def __init__(self, alpha: float = 0.9, staleness_exponent: float = 0.5) -> None:
+    def __init__(self, alpha: float = 0.9, staleness_exponent: float = 0.5, latest_per_client: bool = True) -> None:
         super().__init__(buffer_size=None)
         check_number("alpha", alpha, 0, open_min=True)
         check_number("staleness_exponent", staleness_exponent, 0)
+        check_bool("latest_per_client", latest_per_client)
         self.alpha = alpha
         self.staleness_exponent = staleness_exponent
+        self.latest_per_client = latest_per_client
         self.held: dict[str, list[tuple[ClientUpdate, float]]] = {}
         self.routes: dict[int, str] = {}
 
@@ -62,13 +70,27 @@ class GroupedDeltaStep(Aggregator):
             raise ValueError(f"aggregation weight must be >= 0, got {weight} for client {update.client}")
         self.held.setdefault(key, []).append((update, weight))
 
-    def release(self, *keys: str) -> int:
-        """Move the updates held under ``keys`` (in that order) into the buffer; return how many."""
+    def release(self, *keys: str, server: Server | None = None) -> int:
+        """Move the updates held under ``keys`` (in that order) into the buffer; return how many.
+
+        With ``latest_per_client``, only each client's newest update (highest job id) stays in the buffer; the others
+        are counted in ``server.stats`` as discarded (``"superseded"``) when ``server`` is given.
+        """
         moved = 0
         for key in keys:
             entries = self.held.pop(str(key), [])
             self.buffer.extend(entries)
             moved += len(entries)
+        if self.latest_per_client:
+            newest: dict[int, int] = {}
+            for update, _ in self.buffer:
+                newest[update.client] = max(newest.get(update.client, -1), update.job.job_id)
+            kept = [(u, w) for u, w in self.buffer if u.job.job_id == newest[u.client]]
+            superseded = len(self.buffer) - len(kept)
+            self.buffer = kept
+            if server is not None and superseded:
+                server.stats.discarded += superseded
+                server.stats.reasons["superseded"] = server.stats.reasons.get("superseded", 0) + superseded
         return moved
 
     def forget(self, job_id: int) -> None:

@@ -36,7 +36,8 @@ class NormAmplification(ServerCallback):
 
     def transform_aggregate(self, server: Server, step: Tensor, updates: list[ClientUpdate]) -> Tensor:
         norms = [
-            float(u.info["gradient_norm"]) if "gradient_norm" in u.info else float(u.delta.norm()) for u in updates
+            float(u.info["gradient_norm"]) if "gradient_norm" in u.info else float(u.delta[: server.param_numel].norm())
+            for u in updates
         ]
         lr = float(getattr(server.aggregator, "server_lr", 1.0))
         current = float(step.norm())

@@ -53,7 +53,8 @@ class SimilarityStalenessWeight(ServerCallback):
         """The update's similarity term (1 when the staleness is at most 1 or no global step was made yet)."""
         if update.staleness <= 1 or self.last_step is None:
             return 1.0
-        return port_similarity(self.last_step, update.weights - server.weights)
+        n = server.param_numel  # directions of the parameters (the server averages the floating buffers)
+        return port_similarity(self.last_step, update.weights[:n] - server.weights[:n])
 
     def weight_update(self, server: Server, update: ClientUpdate, weight: float) -> float:
         factor = port_staleness_factor(update.staleness, self.bound)
@@ -61,7 +62,8 @@ class SimilarityStalenessWeight(ServerCallback):
                                     self.staleness_weight)  # fmt: skip
 
     def on_aggregated(self, server: Server, updates: list[ClientUpdate]) -> None:
-        self.last_step = server.weights - server.previous_weights
+        n = server.param_numel
+        self.last_step = server.weights[:n] - server.previous_weights[:n]
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_step": self.last_step}

@@ -38,6 +38,8 @@ class SlidingWindowAverage(Aggregator):
         10
     """
 
+    averages_models = True
+
     def __init__(self, window_size: int = 10) -> None:
         check_int("window_size", window_size, 1)
         super().__init__(buffer_size=1)

@@ -40,10 +40,11 @@ class StaleAwareAverage(Aggregator):
 
     def weights(self, server: Server) -> list[float]:
         """Each buffered update's :math:`q_i` (before normalization)."""
-        fresh = [u.delta for u, _ in self.buffer if u.base_version == server.version]
-        mean = torch.stack(fresh).mean(0) if fresh else torch.zeros_like(server.weights)
+        n = server.param_numel  # deviations of the parameters: the server averages the buffers
+        fresh = [u.delta[:n] for u, _ in self.buffer if u.base_version == server.version]
+        mean = torch.stack(fresh).mean(0) if fresh else server.weights.new_zeros(n)
         ratios = [
-            deviation_ratio(u.delta, mean, len(fresh)) if u.base_version != server.version else 0.0
+            deviation_ratio(u.delta[:n], mean, len(fresh)) if u.base_version != server.version else 0.0
             for u, _ in self.buffer
         ]
         top = max(ratios, default=0.0)

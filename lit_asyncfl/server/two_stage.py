@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from lit_asyncfl.checks import check_int, check_number
+from lit_asyncfl.checks import check_bool, check_int, check_number
 from lit_asyncfl.functional.wkafl import adaptive_lr, clip_norm, two_stage_aggregate
 from lit_asyncfl.server.aggregators import Aggregator
 
@@ -26,7 +26,9 @@ class TwoStageWeightedStep(Aggregator):
     against non-IID drift; it is kept here, on the server, and checkpointed. It becomes :math:`G_t` only once the
     server has applied the step (:meth:`on_aggregated`): a step the server refuses as non-finite teaches it nothing
     (an overflowing upload would otherwise make it NaN and every later step non-finite). The server callbacks'
-    weights are not used (WKAFL has its own); an update weighted 0 by a callback is left out.
+    weights are not used (WKAFL has its own); an update weighted 0 by a callback is left out. The gradients, their
+    norms and cosines are those of the parameters: floating buffers (BatchNorm statistics) are averaged by the
+    server (see :class:`~lit_asyncfl.core.server.Server`), their part of the step is 0.
 
     Args:
         buffer_size: :math:`K`.
@@ -37,6 +39,8 @@ class TwoStageWeightedStep(Aggregator):
         threshold: Consistency threshold :math:`\theta`.
         temperature: :math:`T` of the consistency weights :math:`e^{T \cos}`.
         lr_decay: :math:`c` of the adaptive rate.
+        clip_in_place: Stage two reads the gradients as stage one clipped them, as the authors' code (see
+            :func:`~lit_asyncfl.functional.wkafl.two_stage_aggregate`); ``False``: as they came.
 
     Example:
         >>> TwoStageWeightedStep(buffer_size=10).buffer_size
@@ -53,6 +57,7 @@ class TwoStageWeightedStep(Aggregator):
         threshold: float = 0.3,
         temperature: float = 10.0,
         lr_decay: float = 0.1,
+        clip_in_place: bool = True,
     ) -> None:
         check_int("buffer_size", buffer_size, 1)
         super().__init__(buffer_size)
@@ -63,6 +68,8 @@ class TwoStageWeightedStep(Aggregator):
         check_number("threshold", threshold, -1, 1, open_max=True)
         check_number("temperature", temperature, 0)
         check_number("lr_decay", lr_decay, 0)
+        check_bool("clip_in_place", clip_in_place)
+        self.clip_in_place = clip_in_place
         self.server_lr, self.momentum = server_lr, momentum
         self.first_clip, self.second_clip = first_clip, second_clip
         self.threshold, self.temperature, self.lr_decay = threshold, temperature, lr_decay
@@ -84,15 +91,16 @@ class TwoStageWeightedStep(Aggregator):
         entries = [(u, w) for u, w in self.buffer if w > 0]
         if not entries:
             return server.weights.new_zeros(server.weights.shape)
-        previous = self.previous if self.previous is not None else torch.zeros_like(server.weights)
-        grads = [clip_norm(-u.delta + self.momentum * previous, self.first_clip) for u, _ in entries]
+        n = server.param_numel  # gradients, norms and cosines of the parameters: the server averages the buffers
+        previous = self.previous if self.previous is not None else server.weights.new_zeros(n)
+        grads = [clip_norm(-u.delta[:n] + self.momentum * previous, self.first_clip) for u, _ in entries]
         staleness = [server.version - u.base_version + 1 for u, _ in entries]
         step, _, self.last_kept = two_stage_aggregate(
-            grads, staleness, self.first_clip, self.second_clip, self.threshold, self.temperature
+            grads, staleness, self.first_clip, self.second_clip, self.threshold, self.temperature, self.clip_in_place
         )
         self._staged = step
         self.last_lr = adaptive_lr(self.server_lr, min(staleness), self.lr_decay)
-        return -self.last_lr * step
+        return torch.cat([-self.last_lr * step, server.weights.new_zeros(server.weights.numel() - n)])
 
     def on_aggregated(self, server: Server, updates: list[ClientUpdate]) -> None:
         if self._staged is not None:  # None: every update was weighted 0, the model did not move
