@@ -220,7 +220,7 @@ def aggregate(results: dict[str, list[dict]], baseline: str | None) -> list[dict
             {
                 "method": method,
                 "seeds": len(runs),
-                "final_by_seed": {r["seed"]: r["summary"]["final_accuracy"] for r in runs},
+                "final_by_seed": {r.get("seed", i): r["summary"]["final_accuracy"] for i, r in enumerate(runs)},
                 "final_accuracy": [s["final_accuracy"] for s in summaries if s["final_accuracy"] is not None],
                 "best_accuracy": [s["best_accuracy"] for s in summaries if s["best_accuracy"] is not None],
                 "time_to_target": times,
