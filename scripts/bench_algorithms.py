@@ -241,8 +241,8 @@ def win_rows(rows: list[dict], focus: str, other: str, alpha: float | None, targ
     seeds = sorted(set(mine) & set(theirs))
     if not seeds:
         return None
-    # rounded: accuracies are multiples of 1/test-set size, and float noise must not pass for a spread
-    diffs = [round(mine[s]["final_accuracy"] - theirs[s]["final_accuracy"], 9) for s in seeds]
+    # rounded: accuracies are multiples of 1/test-set size (float32 values), and their noise is no spread
+    diffs = [round(mine[s]["final_accuracy"] - theirs[s]["final_accuracy"], 6) for s in seeds]
 
     def when(r: dict) -> float:
         return math.inf if r["time_to_target"] is None else r["time_to_target"]

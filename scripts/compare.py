@@ -297,7 +297,7 @@ def markdown(rows: list[dict[str, Any]], plan: dict[str, Any]) -> str:
                            if r["final_by_seed"][s] is not None and base["final_by_seed"][s] is not None)  # fmt: skip
             if r is base or not seeds:
                 continue
-            diffs = [round(r["final_by_seed"][s] - base["final_by_seed"][s], 9) for s in seeds]  # no float-noise spread
+            diffs = [round(r["final_by_seed"][s] - base["final_by_seed"][s], 6) for s in seeds]  # no float-noise spread
             mean = statistics.mean(diffs)
             sd = statistics.stdev(diffs) if len(diffs) > 1 else None
             d = "/" if sd is None else ("inf" if sd == 0 else f"{mean / sd:+.2f}")

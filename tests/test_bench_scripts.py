@@ -10,6 +10,7 @@ import statistics
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +42,9 @@ def test_win_table_pairs_seeds_and_gives_the_paired_effect_size():
     # accuracy wins: seeds 0 and 2; time wins: seed 0 (100 < 200) and seed 2 (300 < never), not seed 1 (never)
     assert line == (f"| A | B | 2/3 | 2/3 | {statistics.mean(diffs):+.3f} ± {statistics.stdev(diffs):.3f} | {d:+.2f} |")
     assert bench.win_rows(rows, "A", "C", 0.1, 0.8) is None  # no common seed
-    same = [_row("A", s, 0.9 + s / 360, 1.0) for s in (0, 1)] + [_row("B", s, 0.85 + s / 360, 2.0) for s in (0, 1)]
+    f32 = lambda x: float(np.float32(x))  # noqa: E731  (summaries hold float32 accuracies)
+    same = [_row("A", s, f32(0.9 + s / 360), 1.0) for s in (0, 1, 2)]
+    same += [_row("B", s, f32(0.85 + s / 360), 2.0) for s in (0, 1, 2)]
     assert bench.win_rows(same, "A", "B", 0.1, 0.8).endswith("| +0.050 ± 0.000 | inf |")  # not 1e5 from float noise
 
 
