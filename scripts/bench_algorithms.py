@@ -415,7 +415,8 @@ def main() -> None:
     device_cls, device_kwargs = cfg["devices"]
     split = "Dirichlet" if cfg["partition"] is None else setting_name(None, cfg)
     header = (
-        f"digits, LeNet-5 (lr {cfg['lr']:g}), {cfg['num_clients']} clients, {split} split, E={cfg['local_epochs']}, "
+        f"digits, LeNet-5 (lr {cfg['lr']:g}{' unless the grid sets it' if 'lr' in cfg['grid'] else ''}), "
+        f"{cfg['num_clients']} clients, {split} split, E={cfg['local_epochs']}, "
         f"devices {device_cls}({device_kwargs}), seeds {seeds.start}..{seeds.stop - 1}, "
         f"{cfg['max_virtual_time']:,.0f} virtual s, evaluation every {cfg['eval_every']} versions, "
         f"preset arguments {cfg['kwargs'] or 'defaults'}"
