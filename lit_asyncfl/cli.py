@@ -14,11 +14,13 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -87,10 +89,27 @@ class FederatedCLI(LightningCLI):
         parser.add_class_arguments(
             self.trainer_class, "trainer", fail_untyped=False, instantiate=False, sub_configs=True
         )
-        parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
-        parser.add_lightning_class_args(
-            self._datamodule_class, "data", subclass_mode=self.subclass_mode_data, required=False
-        )
+        for key, given, base, subclass_mode, required in (
+            ("model", self.model_class, "LightningModule", self.subclass_mode_model, True),
+            ("data", self.datamodule_class, "LightningDataModule", self.subclass_mode_data, False),
+        ):
+            if given is None:  # any subclass of either namespace's base (import lightning / pytorch_lightning)
+                parser.add_subclass_arguments(_bases(base), key, fail_untyped=False, required=required)
+            else:
+                parser.add_lightning_class_args(given, key, subclass_mode=subclass_mode, required=required)
+
+    def _add_instantiators(self) -> None:
+        """Lightning's, and the same for ``pytorch_lightning`` modules (their hyper-parameters record the config)."""
+        super()._add_instantiators()
+        standalone = _standalone_lightning()
+        if standalone is None:
+            return
+        for key, given, base in (("model", self.model_class, "LightningModule"),
+                                 ("data", self.datamodule_class, "LightningDataModule")):  # fmt: skip
+            if given is None:
+                self.parser.add_instantiator(
+                    standalone.cli._InstantiatorFn(cli=self, key=key), getattr(standalone, base), subclasses=True
+                )
 
     @contextmanager
     def _settings_errors(self) -> Iterator[None]:
@@ -121,6 +140,23 @@ class FederatedCLI(LightningCLI):
         self._dump_config()
         trainer.run_config = self.config_dump
         return trainer
+
+
+def _standalone_lightning() -> Any:
+    """The ``pytorch_lightning`` package (imported), or ``None`` where it is not installed."""
+    if importlib.util.find_spec("pytorch_lightning") is None:
+        return None
+    import pytorch_lightning
+    import pytorch_lightning.cli  # its _InstantiatorFn
+
+    return pytorch_lightning
+
+
+def _bases(name: str) -> tuple[type, ...]:
+    """``name`` (``"LightningModule"``, ``"LightningDataModule"``) of ``lightning.pytorch`` and, where installed,
+    ``pytorch_lightning``: the CLI accepts modules written in either namespace."""
+    standalone = _standalone_lightning()
+    return (getattr(lightning.pytorch, name),) + (() if standalone is None else (getattr(standalone, name),))
 
 
 def main(args: list[str] | None = None) -> int:

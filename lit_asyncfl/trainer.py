@@ -21,6 +21,7 @@ from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.loggers import Logger
 
 from lit_asyncfl import checkpoint as ckpt
+from lit_asyncfl import namespaces
 from lit_asyncfl.algorithms import Algorithm, get_algorithm
 from lit_asyncfl.availability import AlwaysAvailable, Availability
 from lit_asyncfl.callbacks import Callback, ModelCheckpoint, RunCheckpoint
@@ -463,9 +464,9 @@ class FederatedTrainer:
 
     # -- wiring -----------------------------------------------------------------------------------------------
     def _build(self, model: L.LightningModule, datamodule: L.LightningDataModule) -> Simulator:
-        if not isinstance(model, L.LightningModule):
+        if not isinstance(model, namespaces.classes("LightningModule")):
             raise TypeError(f"model must be a LightningModule, got {type(model).__name__}")
-        if not isinstance(datamodule, L.LightningDataModule):
+        if not isinstance(datamodule, namespaces.classes("LightningDataModule")):
             raise TypeError(f"datamodule must be a LightningDataModule, got {type(datamodule).__name__}")
         dm = datamodule if isinstance(datamodule, FederatedDataModule) else PartitionedDataModule(datamodule)
         dm.prepare_data()

@@ -10,12 +10,12 @@ from typing import Any
 import lightning as L
 import torch
 import torch.utils._pytree as pytree
-from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from lit_asyncfl.core.workspace import _no_log
 from lit_asyncfl.engines.base import parse_optimizers
 from lit_asyncfl.loops.job_trainer import JobTrainer
+from lit_asyncfl.namespaces import is_overridden
 
 _log = logging.getLogger("lit_asyncfl")
 
@@ -52,7 +52,7 @@ def check_lightning_contract(
     """
     name = type(module).__name__
     if engine != "lightning":
-        hooks = [h for h in TRAINING_HOOKS if is_overridden(h, module, L.LightningModule)]
+        hooks = [h for h in TRAINING_HOOKS if is_overridden(h, module)]
         if hooks:
             raise ValueError(
                 f"{name} overrides {hooks}, which engine={engine!r} does not run (it calls training_step, "
@@ -60,7 +60,7 @@ def check_lightning_contract(
                 "per client job)"
             )
     if datamodule is not None:
-        hooks = [h for h in DATAMODULE_BATCH_HOOKS if is_overridden(h, datamodule, L.LightningDataModule)]
+        hooks = [h for h in DATAMODULE_BATCH_HOOKS if is_overridden(h, datamodule)]
         if hooks:
             raise ValueError(
                 f"{type(datamodule).__name__} overrides {hooks}: client jobs and the global evaluation call the "
