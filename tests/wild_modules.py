@@ -107,7 +107,10 @@ STRUCTURES = {
     "dict": (lambda x, y: {"x": x, "y": y}, lambda b: (b["x"], b["y"])),
     "namedtuple": (Point, lambda b: (b.x, b.y)),
     "dataclass": (Pair, lambda b: (b.x, b.y)),
-    "nested": (lambda x, y: {"inputs": (x,), "meta": {"label": [y]}}, lambda b: (b["inputs"][0], b["meta"]["label"][0])),
+    "nested": (
+        lambda x, y: {"inputs": (x,), "meta": {"label": [y]}},
+        lambda b: (b["inputs"][0], b["meta"]["label"][0]),
+    ),
 }
 
 

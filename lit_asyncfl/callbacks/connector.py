@@ -76,7 +76,7 @@ def lightning_callback_message(cb: object) -> str:
     Example:
         >>> from lightning.pytorch.callbacks import EarlyStopping
         >>> print(lightning_callback_message(EarlyStopping("val_loss")))  # doctest: +ELLIPSIS
-        callbacks: EarlyStopping is a Lightning Callback (lightning.pytorch...; use lit_asyncfl.callbacks.EarlyStopping (...
+        callbacks: EarlyStopping is a Lightning Callback (lightning...; use lit_asyncfl.callbacks.EarlyStopping (...
     """
     name = type(cb).__name__
     instead = next((v for k, v in _EQUIVALENTS.items() if any(c.__name__ == k for c in type(cb).__mro__)), None)

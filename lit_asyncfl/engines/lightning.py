@@ -49,6 +49,11 @@ class _JobBatches(IterableDataset):
         return steps_per_epoch(self.shards.num_samples(self.client), self.batch_size, self.shards.drop_last)
 
 
+def _as_drawn(batch: Any) -> Any:
+    """The loader's ``collate_fn``: each batch exactly as the client's shard drew it (structure included)."""
+    return batch
+
+
 class _StayOnDevice:
     """The single-device strategy without the teardown's move of the module to the CPU (a mixin over the
     ``SingleDeviceStrategy`` of the module's Lightning package, see :func:`_job_classes`).
@@ -221,6 +226,7 @@ class LightningLocalTrainer(LocalEngine):
         loader = DataLoader(
             _JobBatches(self.shards, job.client, self.batch_size, generator),
             batch_size=None,
+            collate_fn=_as_drawn,  # not default_convert, which would turn a tuple batch into a list
             generator=torch.Generator(),
         )
         hooks = _job_classes(self.package)[0](self, job, start_weights, fresh)
