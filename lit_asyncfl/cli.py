@@ -80,7 +80,11 @@ class FederatedCLI(LightningCLI):
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
-        return {"fit": {"model", "datamodule"}, "validate": {"model", "datamodule"}, "test": {"model", "datamodule"}}
+        return {
+            "fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
+            "validate": {"model", "datamodule"},
+            "test": {"model", "datamodule"},
+        }
 
     def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """No ``--seed_everything``: ``--trainer.seed`` seeds the whole run."""

@@ -162,3 +162,75 @@ class StructData(LData):
 
     def val_dataloader(self):
         return DataLoader(self.val_set, batch_size=32, collate_fn=self.val_set.collate)
+
+
+# -- manual optimization (issue 32, item 3): Lightning's basic GAN example, small ------------------------------------
+class TinyGAN(L.LightningModule):
+    """Two optimizers, ``automatic_optimization = False``, ``manual_backward`` and ``toggle_optimizer``, as in
+    Lightning's GAN example; ``validation_step`` scores the discriminator on real against generated samples."""
+
+    def __init__(self, latent_dim: int = 4, data_dim: int = 16, lr: float = 0.01) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.generator = nn.Sequential(nn.Linear(latent_dim, 16), nn.ReLU(), nn.Linear(16, data_dim))
+        self.discriminator = nn.Sequential(nn.Linear(data_dim, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, z):
+        return self.generator(z)
+
+    def training_step(self, batch, batch_idx):
+        x, _ = batch
+        opt_g, opt_d = self.optimizers()
+        z = torch.randn(x.shape[0], self.hparams.latent_dim).type_as(x)
+        ones, zeros = torch.ones(x.shape[0], 1).type_as(x), torch.zeros(x.shape[0], 1).type_as(x)
+        self.toggle_optimizer(opt_g)
+        g_loss = F.binary_cross_entropy_with_logits(self.discriminator(self(z)), ones)
+        self.log("g_loss", g_loss, prog_bar=True)
+        self.manual_backward(g_loss)
+        opt_g.step()
+        opt_g.zero_grad()
+        self.untoggle_optimizer(opt_g)
+        self.toggle_optimizer(opt_d)
+        real = F.binary_cross_entropy_with_logits(self.discriminator(x), ones)
+        fake = F.binary_cross_entropy_with_logits(self.discriminator(self(z).detach()), zeros)
+        d_loss = (real + fake) / 2
+        self.log("d_loss", d_loss, prog_bar=True)
+        self.manual_backward(d_loss)
+        opt_d.step()
+        opt_d.zero_grad()
+        self.untoggle_optimizer(opt_d)
+
+    def validation_step(self, batch, batch_idx):
+        x, _ = batch
+        fake = self(torch.randn(x.shape[0], self.hparams.latent_dim).type_as(x))
+        correct = (self.discriminator(x) > 0).float().sum() + (self.discriminator(fake) <= 0).float().sum()
+        self.log("val_d_acc", correct / (2 * x.shape[0]))
+
+    def configure_optimizers(self):
+        lr = self.hparams.lr
+        return [
+            torch.optim.Adam(self.generator.parameters(), lr=lr),
+            torch.optim.Adam(self.discriminator.parameters(), lr=lr),
+        ], []
+
+
+class TwoOptimizers(LClassifier):
+    """Several optimizers under automatic optimization, which Lightning itself refuses."""
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.net.parameters(), lr=0.1), torch.optim.SGD(self.net.parameters(), lr=0.2)]
+
+
+# -- Lightning's other ways in (issue 32, item 5): a module that brings its own data ---------------------------------
+class SelfContained(LClassifier):
+    """A tutorial module with its own dataloader hooks (no data module)."""
+
+    def train_dataloader(self):
+        return DataLoader(blobs(240, seed=0), batch_size=16, shuffle=True)
+
+    def val_dataloader(self):
+        return DataLoader(blobs(80, seed=1), batch_size=32)
+
+    def test_dataloader(self):
+        return DataLoader(blobs(80, seed=1), batch_size=32)

@@ -101,11 +101,12 @@ class _ClientHooks:
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, idx: int
     ) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if loss is None:  # the module skipped this batch
+        if loss is None and pl_module.automatic_optimization:  # the module skipped this batch
             return
-        loss = loss.detach()
-        self.loss_sum = loss.clone() if self.loss_sum is None else self.loss_sum + loss
-        self.steps += 1
+        if isinstance(loss, Tensor):  # (under manual optimization training_step may return nothing)
+            loss = loss.detach()
+            self.loss_sum = loss.clone() if self.loss_sum is None else self.loss_sum + loss
+        self.steps += 1  # a batch the module trained on (manual optimization: however many optimizers it stepped)
         self.last_batch = batch
 
 
