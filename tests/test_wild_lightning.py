@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -236,3 +238,11 @@ def test_a_module_with_its_own_data_through_the_cli(tmp_path):
             "--trainer.enable_progress_bar=false", "--trainer.print_summary=false"]  # fmt: skip
     cli = FederatedCLI(args=args)
     assert cli.trainer.summary["versions"] == 2 and "val_acc" in cli.trainer.history[-1]
+
+
+def test_the_lightning_engine_silences_the_job_trainers_of_either_namespace(tmp_path, caplog):
+    """Each job's Trainer says 'GPU available: ...' and '`Trainer.fit` stopped'; neither namespace's reaches the
+    user (pytorch_lightning's logger printed them for every client job)."""
+    caplog.set_level(logging.INFO)
+    _fit(tmp_path, PLClassifier, PLData(), "lightning")
+    assert not [r.getMessage() for r in caplog.records if "GPU available" in r.getMessage()]

@@ -129,9 +129,10 @@ def _job_classes(package: Any) -> tuple[type, type]:
 def _quiet_lightning() -> Iterator[None]:
     """Silence the Trainer's per-run info lines ("GPU available: ...", "`max_epochs` reached") and the
     data-loader hints that do not apply to resident client shards."""
-    logger = logging.getLogger("lightning.pytorch")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "pytorch_lightning")]  # both namespaces
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
@@ -141,7 +142,8 @@ def _quiet_lightning() -> Iterator[None]:
             warnings.filterwarnings("ignore", message=r".*LeafSpec.*")  # Lightning 2.6's pytree use on torch 2.14
             yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 class LightningLocalTrainer(LocalEngine):
