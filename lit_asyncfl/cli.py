@@ -14,13 +14,11 @@ Example::
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -28,6 +26,7 @@ import lit_asyncfl.algorithms
 import lit_asyncfl.data
 import lit_asyncfl.devices
 import lit_asyncfl.models  # noqa: F401  (registers short class names for --model=LeNet5 etc.)
+from lit_asyncfl import namespaces
 from lit_asyncfl.checks import check, is_int
 from lit_asyncfl.trainer import FederatedTrainer
 
@@ -98,14 +97,15 @@ class FederatedCLI(LightningCLI):
             ("data", self.datamodule_class, "LightningDataModule", self.subclass_mode_data, False),
         ):
             if given is None:  # any subclass of either namespace's base (import lightning / pytorch_lightning)
-                parser.add_subclass_arguments(_bases(base), key, fail_untyped=False, required=required)
+                bases = namespaces.installed_classes(base)
+                parser.add_subclass_arguments(bases, key, fail_untyped=False, required=required)
             else:
                 parser.add_lightning_class_args(given, key, subclass_mode=subclass_mode, required=required)
 
     def _add_instantiators(self) -> None:
         """Lightning's, and the same for ``pytorch_lightning`` modules (their hyper-parameters record the config)."""
         super()._add_instantiators()
-        standalone = _standalone_lightning()
+        standalone = namespaces.standalone()
         if standalone is None:
             return
         for key, given, base in (("model", self.model_class, "LightningModule"),
@@ -144,23 +144,6 @@ class FederatedCLI(LightningCLI):
         self._dump_config()
         trainer.run_config = self.config_dump
         return trainer
-
-
-def _standalone_lightning() -> Any:
-    """The ``pytorch_lightning`` package (imported), or ``None`` where it is not installed."""
-    if importlib.util.find_spec("pytorch_lightning") is None:
-        return None
-    import pytorch_lightning
-    import pytorch_lightning.cli  # its _InstantiatorFn
-
-    return pytorch_lightning
-
-
-def _bases(name: str) -> tuple[type, ...]:
-    """``name`` (``"LightningModule"``, ``"LightningDataModule"``) of ``lightning.pytorch`` and, where installed,
-    ``pytorch_lightning``: the CLI accepts modules written in either namespace."""
-    standalone = _standalone_lightning()
-    return (getattr(lightning.pytorch, name),) + (() if standalone is None else (getattr(standalone, name),))
 
 
 def main(args: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ imported it, so it is read from ``sys.modules``.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from types import ModuleType
 from typing import Any
@@ -90,3 +91,25 @@ def is_overridden(method_name: str, obj: Any) -> bool:
         (True, False)
     """
     return _is_overridden(method_name, obj, base_class(obj))
+
+
+def standalone() -> ModuleType | None:
+    """The ``pytorch_lightning`` package, imported (with its ``cli``) where it is installed, else ``None``: for what
+    must accept either namespace before any user code is imported (the CLI's ``--model``/``--data``)."""
+    if importlib.util.find_spec("pytorch_lightning") is None:
+        return None
+    import pytorch_lightning
+    import pytorch_lightning.cli  # its _InstantiatorFn
+
+    return pytorch_lightning
+
+
+def installed_classes(name: str) -> tuple[type, ...]:
+    """The class ``name`` of ``lightning.pytorch`` and, where installed, ``pytorch_lightning`` (imported).
+
+    Example:
+        >>> installed_classes("LightningModule")[0].__module__
+        'lightning.pytorch.core.module'
+    """
+    package = standalone()
+    return (getattr(_lightning_pytorch, name),) + (() if package is None else (getattr(package, name),))
