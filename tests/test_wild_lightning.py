@@ -1,21 +1,15 @@
-"""Lightning code from the wild runs unchanged (issue 32): the old ``pytorch_lightning`` namespace, ..."""
+"""Lightning code from the wild runs unchanged (issue 32): batch structures, manual optimization, Lightning's ways to
+pass the data, Lightning callbacks (the old ``pytorch_lightning`` namespace: test_wild_pl_namespace.py)."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
-
-pl = pytest.importorskip("pytorch_lightning")
-
-from conftest import assert_same, global_weights, make_trainer  # noqa: E402
-from wild_modules import (  # noqa: E402
+from conftest import assert_same, global_weights, make_trainer
+from wild_modules import (
     STRUCTURES,
     LClassifier,
     LData,
-    PLClassifier,
-    PLData,
     SelfContained,
     StructClassifier,
     StructData,
@@ -23,8 +17,8 @@ from wild_modules import (  # noqa: E402
     TwoOptimizers,
 )
 
-from lit_asyncfl.callbacks import Callback  # noqa: E402
-from lit_asyncfl.cli import FederatedCLI  # noqa: E402
+from lit_asyncfl.callbacks import Callback
+from lit_asyncfl.cli import FederatedCLI
 
 
 def _fit(tmp_path, model_cls, data, engine="fast", **kwargs):
@@ -35,64 +29,6 @@ def _fit(tmp_path, model_cls, data, engine="fast", **kwargs):
     return trainer
 
 
-@pytest.mark.parametrize("engine", ["fast", "lightning", "cohort"])
-def test_old_namespace_trains_as_the_new_one(tmp_path, engine):
-    """A pytorch_lightning module and data module give exactly the weights and history of the same code written
-    with lightning.pytorch (which the engines' own tests check against lightning.Trainer)."""
-    old = _fit(tmp_path / "old", PLClassifier, PLData(), engine)
-    new = _fit(tmp_path / "new", LClassifier, LData(), engine)
-    assert_same(global_weights(old), global_weights(new))
-    assert [{k: v for k, v in r.items() if k != "wall_time"} for r in old.history] == [
-        {k: v for k, v in r.items() if k != "wall_time"} for r in new.history
-    ]
-    assert old.summary["versions"] == 2
-
-
-def test_old_namespace_lightning_engine_equals_fast(tmp_path):
-    """The lightning engine runs a pytorch_lightning module with pytorch_lightning's Trainer: same weights."""
-    fast = _fit(tmp_path / "fast", PLClassifier, PLData(), "fast")
-    real = _fit(tmp_path / "real", PLClassifier, PLData(), "lightning")
-    assert_same(global_weights(fast), global_weights(real))
-
-
-def test_old_namespace_evaluation_equals_pl_trainer(tmp_path):
-    """The global evaluation, validate and test report what pytorch_lightning's own Trainer does on the weights."""
-    fed = _fit(tmp_path, PLClassifier, PLData())
-    model = fed.global_model
-    reference = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
-    val = reference.validate(model, datamodule=PLData(), verbose=False)[0]
-    test = reference.test(model, datamodule=PLData(), verbose=False)[0]
-    assert fed.history[-1]["val_acc"] == pytest.approx(val["val_acc"], abs=1e-6)
-    assert fed.history[-1]["val_loss"] == pytest.approx(val["val_loss"], abs=1e-6)
-    assert fed.validate(verbose=False)[0]["val_acc"] == pytest.approx(val["val_acc"], abs=1e-6)
-    assert fed.test(verbose=False)[0]["test_acc"] == pytest.approx(test["test_acc"], abs=1e-6)
-    reloaded = PLClassifier.load_from_checkpoint(tmp_path / "FedAvg" / "version_0" / "checkpoints" / "last.ckpt")
-    assert_same(reloaded.state_dict(), model.state_dict())
-
-
-def test_old_namespace_logger(tmp_path):
-    """A pytorch_lightning logger is a run logger like lightning.pytorch's."""
-    from pytorch_lightning.loggers import CSVLogger
-
-    fed = _fit(tmp_path, PLClassifier, PLData(), logger=CSVLogger(str(tmp_path)))
-    assert fed.log_dir == str(tmp_path / "lightning_logs" / "version_0")
-    assert (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().count("val_acc") >= 1
-
-
-def test_old_namespace_through_the_cli(tmp_path):
-    """``--model``/``--data`` accept pytorch_lightning subclasses; fit then test from the run's checkpoint."""
-    common = [f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false",
-              "--trainer.enable_progress_bar=false", "--trainer.print_summary=false",
-              "--model=wild_modules.PLClassifier", "--data=wild_modules.PLData"]  # fmt: skip
-    fit = FederatedCLI(args=["fit", "--trainer.algorithm=fedavg", "--trainer.num_clients=3",
-                             "--trainer.max_versions=2", "--trainer.eval_every=1", *common])  # fmt: skip
-    assert isinstance(fit.model, pl.LightningModule) and fit.trainer.summary["versions"] == 2
-    ckpt = tmp_path / "FedAvg" / "version_0" / "checkpoints" / "last.ckpt"
-    test = FederatedCLI(args=["test", "--trainer.max_versions=1", f"--ckpt_path={ckpt}", *common])
-    assert_same(test.model.state_dict(), fit.trainer.global_model.state_dict())
-    assert torch.load(ckpt, weights_only=False)["hyper_parameters"]["_class_path"] == "wild_modules.PLClassifier"
-
-
 @pytest.mark.parametrize("namespace", ["lightning.pytorch", "pytorch_lightning"])
 @pytest.mark.parametrize(
     ("name", "equivalent"),
@@ -101,9 +37,7 @@ def test_old_namespace_through_the_cli(tmp_path):
      ("TQDMProgressBar", "lit_asyncfl.callbacks.ProgressBar"), ("Callback", "lit_asyncfl.callbacks.Callback")],
 )  # fmt: skip
 def test_lightning_callbacks_refused_naming_ours(tmp_path, namespace, name, equivalent):
-    import importlib
-
-    callbacks = importlib.import_module(f"{namespace}.callbacks")
+    callbacks = pytest.importorskip(f"{namespace}.callbacks")  # pytorch_lightning: in the dev extra
     cb = getattr(callbacks, name)(**({"monitor": "val_loss"} if name == "EarlyStopping" else {}))
     with pytest.raises(ValueError, match=rf"{name} is a Lightning Callback.*use (a )?{equivalent}"):
         make_trainer(tmp_path, "fedavg", max_versions=1, callbacks=[cb])
@@ -238,11 +172,3 @@ def test_a_module_with_its_own_data_through_the_cli(tmp_path):
             "--trainer.enable_progress_bar=false", "--trainer.print_summary=false"]  # fmt: skip
     cli = FederatedCLI(args=args)
     assert cli.trainer.summary["versions"] == 2 and "val_acc" in cli.trainer.history[-1]
-
-
-def test_the_lightning_engine_silences_the_job_trainers_of_either_namespace(tmp_path, caplog):
-    """Each job's Trainer says 'GPU available: ...' and '`Trainer.fit` stopped'; neither namespace's reaches the
-    user (pytorch_lightning's logger printed them for every client job)."""
-    caplog.set_level(logging.INFO)
-    _fit(tmp_path, PLClassifier, PLData(), "lightning")
-    assert not [r.getMessage() for r in caplog.records if "GPU available" in r.getMessage()]

@@ -1,7 +1,7 @@
 """Third-party-style Lightning code, as found in tutorials and other projects, for tests/test_wild_lightning.py.
 
-``PLClassifier``/``PLData`` are written in the old namespace (``import pytorch_lightning as pl``), as Flower's
-Lightning quickstart and many tutorials are; ``LClassifier``/``LData`` are the same code in ``lightning.pytorch``.
+``LClassifier``/``LData`` are a tutorial's classifier and data module; tests/wild_pl_modules.py holds the same code in
+the old namespace (``import pytorch_lightning as pl``), as Flower's Lightning quickstart and many tutorials write it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from collections import namedtuple
 from dataclasses import dataclass
 
 import lightning as L
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -48,10 +47,6 @@ class _ClassifierSteps:
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
-class PLClassifier(_ClassifierSteps, pl.LightningModule):
-    pass
-
-
 class LClassifier(_ClassifierSteps, L.LightningModule):
     pass
 
@@ -80,10 +75,6 @@ class _DataSteps:
 
     def test_dataloader(self):
         return DataLoader(self.val_set, batch_size=32)
-
-
-class PLData(_DataSteps, pl.LightningDataModule):
-    pass
 
 
 class LData(_DataSteps, L.LightningDataModule):
