@@ -59,7 +59,7 @@ def find_metric(metrics: dict[str, float], kind: str) -> float | None:
 
 def evaluate(module: L.LightningModule, batches: Iterable[Any], stage: str = "val") -> dict[str, float]:
     """Evaluate ``module`` over one dataloader's ``batches`` with Lightning's evaluation loop
-    (:func:`~lit_asyncfl.validation_loop.run_evaluation`) and return what it logged.
+    (:func:`~lit_asyncfl.loops.run_evaluation`) and return what it logged.
 
     Example:
         >>> import torch

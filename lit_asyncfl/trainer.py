@@ -112,7 +112,7 @@ class FederatedTrainer:
             and ``configure_optimizers``), ``"lightning"`` (a real ``lightning.Trainer`` per update, for modules
             that need one: ``self.log``, ``self.trainer``, manual optimization; bit-identical to ``fast``) or
             ``"cohort"`` (every in-flight job at once with ``torch.func.vmap``; plain SGD, no BatchNorm; equal to
-            ``fast`` up to float32 rounding). See :mod:`lit_asyncfl.client.engines`.
+            ``fast`` up to float32 rounding). See :mod:`lit_asyncfl.engines`.
         onednn: Use oneDNN (``torch.backends.mkldnn``) kernels during local training; ``None``: automatic, off on
             the CPU for small convolutions (where the plain kernels are faster), else unchanged. Switching it
             changes float results in the last bits (about 1e-8 in LeNet-5 weights), never their determinism.
@@ -124,7 +124,7 @@ class FederatedTrainer:
             ``updates_dropped`` and ``drop_reasons``; ``mean_online_fraction``; ``num_online`` in the history;
             ``availability.png`` in the outputs).
         executor: Where client jobs are computed: ``"sequential"`` (in this process, each when its update is
-            needed), ``"ray"`` (on Ray workers with :class:`~lit_asyncfl.client.ray_executor.RayExecutor`'s
+            needed), ``"ray"`` (on Ray workers with :class:`~lit_asyncfl.executors.RayExecutor`'s
             defaults: one CPU worker per core of the local or joined Ray cluster), or a ``RayExecutor(...)`` with
             its own settings (workers, GPUs per worker, look-ahead, cluster address). Updates are applied in the
             same virtual-time order either way: on CPU the weights are identical (needs the ``ray`` extra).

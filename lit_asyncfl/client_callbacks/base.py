@@ -23,7 +23,7 @@ class ClientCallback:
     """
 
     #: ``True`` when what the callback does to a job depends only on the job and its start weights and it keeps no
-    #: state across jobs: a :class:`~lit_asyncfl.client.ray_executor.RayExecutor` may then train jobs on other
+    #: state across jobs: a :class:`~lit_asyncfl.executors.RayExecutor` may then train jobs on other
     #: processes, ahead of their events, each with a copy of the callback. ``False`` (the safe default): a Ray run
     #: trains its jobs in the simulation's process, at their events, as the sequential executor does.
     runs_on_workers: bool = False

@@ -151,7 +151,7 @@ class LightningLocalTrainer(LocalEngine):
 
     For modules that need the full Trainer: ``self.log``,
     ``self.trainer``, hooks such as ``on_train_epoch_end``, manual optimization (tested against a raw loop). The
-    job is the same as in the ``fast`` engine (:class:`~lit_asyncfl.client.fast_engine.LocalTrainer`): one reused
+    job is the same as in the ``fast`` engine (:class:`~lit_asyncfl.engines.LocalTrainer`): one reused
     module whose weights are loaded with one flat copy, the job's seeds set the same way, and the Trainer is fed
     exactly the ``fast`` engine's batches (a ``DataLoader`` over the client's shard with the job's generator), so
     for the same job both engines give bit-identical weights (tested). Client callbacks (proximal term,

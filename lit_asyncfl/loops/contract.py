@@ -46,7 +46,7 @@ def check_lightning_contract(
     - ``ReduceLROnPlateau``: refused (it needs a metric per local epoch that no client job computes).
     - Other LR schedulers: announced. Every client job builds a fresh optimizer and schedulers from
       ``configure_optimizers``, so a schedule restarts with each job (it does not decay across the run).
-    - ``configure_optimizers`` reading what :class:`~lit_asyncfl.client.job_trainer.JobTrainer` does not offer,
+    - ``configure_optimizers`` reading what :class:`~lit_asyncfl.loops.JobTrainer` does not offer,
       and overridden hooks of Lightning's training loop (:data:`TRAINING_HOOKS`): refused outside
       ``engine="lightning"``.
     - A data module's batch-transfer hooks: refused (client jobs and the global evaluation call the module's).
@@ -127,7 +127,7 @@ def check_lightning_contract(
         _log.info(
             f"lit_asyncfl: {name}'s LR schedulers {kinds} restart with every client job (each job builds its "
             "optimizer from configure_optimizers): they decay within a job's local epochs, not across the run; for "
-            "a decay across the run by global version add lit_asyncfl.client.LearningRateDecay(decay) to the "
+            "a decay across the run by global version add lit_asyncfl.client_callbacks.LearningRateDecay(decay) to the "
             "algorithm's client_callbacks"
         )
 

@@ -205,7 +205,7 @@ def run_evaluation(
     ``on_{stage}_epoch_end``, ``on_{stage}_end`` and ``on_{stage}_model_train`` (the previous mode back). With several
     dataloaders the step and batch hooks get ``dataloader_idx``. A module without the step is scored as a classifier
     from its logits (``{stage}_loss`` and ``{stage}_acc``). Without a Trainer attached, ``self.trainer`` is a
-    :class:`~lit_asyncfl.client.job_trainer.JobTrainer` of the stage (``global_step``: the global version).
+    :class:`~lit_asyncfl.loops.JobTrainer` of the stage (``global_step``: the global version).
 
     Returns:
         One dict of the epoch's logged values per dataloader.
