@@ -259,6 +259,7 @@ class GlobalEvaluation:
             "updates_dropped": sum(sim.dropped.values()),
             "num_online": int(sim.availability.online(sim.now).sum()),
             "wall_time": round(self._wall_seconds(), 3),
+            **server.callback_metrics(),
             **metrics,
         }
         self.history.append(row)

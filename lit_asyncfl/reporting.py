@@ -91,6 +91,7 @@ def run_summary(
         "events": sim.events_processed,
         "stop_reason": stop_reason,
         "wall_seconds": round(wall_seconds, 2),
+        **sim.server.callback_metrics(),
         **sim.scheduler.summary(),
         **({"executor": dict(sim.executor.stats)} if getattr(sim.executor, "stats", None) else {}),
     }

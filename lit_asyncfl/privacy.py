@@ -1,0 +1,65 @@
+"""Client-level differential privacy for any algorithm: :class:`DifferentiallyPrivate` wraps a preset."""
+
+from __future__ import annotations
+
+from lit_asyncfl.algorithms.base import Algorithm
+from lit_asyncfl.checks import check
+from lit_asyncfl.server.privacy import DeltaClipping, GaussianAggregateNoise
+
+__all__ = ["DifferentiallyPrivate"]
+
+
+class DifferentiallyPrivate(Algorithm):
+    r"""An algorithm made client-level differentially private with central DP (DP-FedAvg / DP-FedBuff).
+
+    Adds to ``algorithm`` a :class:`~lit_asyncfl.server.privacy.DeltaClipping` (clip every delta to
+    ``clip_norm``, last among the update transforms) and a :class:`~lit_asyncfl.server.privacy.GaussianAggregateNoise`
+    (noise of standard deviation :math:`z C \max_i c_i` on every server step, first among the step transforms, with
+    the RDP accountant). Its scheduler, aggregator and other callbacks are ``algorithm``'s own. The privacy spent
+    appears as ``dp_epsilon`` (at ``dp_delta``) in every evaluation row, the loggers and the summary. See
+    ``docs/privacy.md`` for the formulas and the sampling model.
+
+    Args:
+        algorithm: The algorithm to make private (e.g. ``FedBuff()``); its parts are taken over, not copied.
+        clip_norm: The clipping bound :math:`C > 0` on each client's delta (L2).
+        noise_multiplier: :math:`z \ge 0`; ``0`` clips only (:math:`\varepsilon = \infty`).
+        delta: :math:`\delta \in (0, 1)` at which :math:`\varepsilon` is reported.
+        max_epsilon: Optional budget :math:`> 0`: updates are rejected once one more aggregation would spend more.
+
+    Example:
+        >>> from lit_asyncfl.algorithms import FedBuff
+        >>> algo = DifferentiallyPrivate(FedBuff(buffer_size=10), clip_norm=1.0, noise_multiplier=1.0)
+        >>> algo.name, [type(cb).__name__ for cb in algo.server_callbacks]
+        ('DP-FedBuff', ['GaussianAggregateNoise', 'StalenessWeight', 'DeltaClipping'])
+    """
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        clip_norm: float,
+        noise_multiplier: float,
+        delta: float = 1e-5,
+        max_epsilon: float | None = None,
+    ) -> None:
+        check(isinstance(algorithm, Algorithm), f"algorithm must be an Algorithm, got {type(algorithm).__name__}")
+        check(not isinstance(algorithm, DifferentiallyPrivate), "algorithm is already DifferentiallyPrivate")
+        clipping = DeltaClipping(clip_norm)
+        noise = GaussianAggregateNoise(noise_multiplier, delta=delta, max_epsilon=max_epsilon)
+        hparams = {
+            "algorithm": algorithm.name,
+            **algorithm.hparams,
+            "clip_norm": clip_norm,
+            "noise_multiplier": noise_multiplier,
+            "delta": delta,
+            "max_epsilon": max_epsilon,
+        }
+        super().__init__(
+            scheduler=algorithm.scheduler,
+            aggregator=algorithm.aggregator,
+            server_callbacks=[noise, *algorithm.server_callbacks, clipping],
+            client_callbacks=algorithm.client_callbacks,
+            name=f"DP-{algorithm.name}",
+            hparams=hparams,
+        )
+        #: The wrapped algorithm.
+        self.algorithm = algorithm
