@@ -91,10 +91,16 @@ def run_summary(
         "events": sim.events_processed,
         "stop_reason": stop_reason,
         "wall_seconds": round(wall_seconds, 2),
-        **sim.server.callback_metrics(),
+        **callback_metrics(sim),
         **sim.scheduler.summary(),
         **({"executor": dict(sim.executor.stats)} if getattr(sim.executor, "stats", None) else {}),
     }
+
+
+def callback_metrics(sim: Any) -> dict[str, Any]:
+    """What the server and client callbacks add to evaluation rows and the summary (their ``metrics`` hooks)."""
+    client = {k: v for cb in sim.client_callbacks for k, v in cb.metrics().items()}
+    return {**sim.server.callback_metrics(), **client}
 
 
 def time_to_target(history: Sequence[dict[str, Any]], target: float) -> float | None:

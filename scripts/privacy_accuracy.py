@@ -4,6 +4,7 @@ Runs each algorithm without DP, with clipping only (z = 0), and at a few noise m
 prints a Markdown table (final and best accuracy, epsilon at delta). Short runs: a sanity measurement, not a study.
 
     nice -n 5 python scripts/privacy_accuracy.py --noise 0.1 0.3 1.0
+    nice -n 5 python scripts/privacy_accuracy.py --mode local --no-baseline --clip 0.3 --noise 0.03 0.1 0.3
 """
 
 from __future__ import annotations
@@ -46,20 +47,24 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS))
+    parser.add_argument("--mode", choices=("central", "local"), default="central", help="who adds the noise")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the run without DP")
     args = parser.parse_args()
     print(f"digits, {args.clients} clients, Dirichlet(0.5), LeNet-5, {args.time:g} virtual s, seed {args.seed}, "
-          f"C = {args.clip:g}, delta = {args.delta:g}\n")  # fmt: skip
+          f"{args.mode} DP, C = {args.clip:g}, delta = {args.delta:g}\n")  # fmt: skip
     print("| algorithm | z | versions | final accuracy | best accuracy | epsilon | clipped |")
     print("|---|---|---|---|---|---|---|")
     for name in args.algorithms:
-        for z in [None, 0.0, *args.noise]:
+        for z in [*([] if args.no_baseline else [None]), 0.0, *args.noise]:
             algo = ALGORITHMS[name]()
             if z is not None:
-                algo = DifferentiallyPrivate(algo, clip_norm=args.clip, noise_multiplier=z, delta=args.delta)
+                algo = DifferentiallyPrivate(
+                    algo, clip_norm=args.clip, noise_multiplier=z, delta=args.delta, mode=args.mode
+                )
             s = fit(algo, args)
-            eps = s.get("dp_epsilon")
+            eps = s.get("dp_epsilon" if args.mode == "central" else "dp_local_epsilon")
             eps_text = "no DP" if eps is None else ("inf" if math.isinf(eps) else f"{eps:.3g}")
-            clipped = "-" if z is None else f"{s['dp_clipped_fraction']:.2f}"
+            clipped = "-" if z is None or args.mode == "local" else f"{s['dp_clipped_fraction']:.2f}"
             print(f"| {name} | {'-' if z is None else f'{z:g}'} | {s['versions']} | {s['final_accuracy']:.3f} | "
                   f"{s['best_accuracy']:.3f} | {eps_text} | {clipped} |", flush=True)  # fmt: skip
 

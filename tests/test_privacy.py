@@ -11,6 +11,7 @@ import torch
 from conftest import check_determinism_and_exact_resume, global_weights, run
 
 from lit_asyncfl.algorithms import FedAsync, FedAvgM, FedBuff, FedDyn
+from lit_asyncfl.client_callbacks.privacy import LOCAL_NOISE_STREAM, LocalGaussianNoise
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
@@ -217,3 +218,55 @@ def test_missing_opacus_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "opacus.accountants", None)
     with pytest.raises(ImportError, match=r"pip install lit-asyncfl\[privacy\]"):
         rdp_epsilon([(1.0, 0.1, 1)], 1e-5)
+
+
+def test_local_dp_clips_and_noises_each_upload_as_computed_by_hand():
+    """Upload = base + clip(D) + N(0, (z C)^2) drawn from the job's seed; the std is z C."""
+    dim, z, clip = 40_000, 0.5, 0.2
+    noise = LocalGaussianNoise(clip_norm=clip, noise_multiplier=z)
+    noise.on_fit_start(4)
+    base = torch.ones(dim)
+    d = torch.full((dim,), 1.0 / 200)  # norm 1 -> scaled to 0.2
+    update = _update(base, d, 3, 2)
+    update.job.seed = 1234
+    noise.on_train_end(None, update.job, update)
+    generator = torch.Generator().manual_seed(derive_seed(1234, LOCAL_NOISE_STREAM))
+    expected = base + d * clip + (torch.randn(dim, generator=generator, dtype=torch.float64) * z * clip).float()
+    torch.testing.assert_close(update.weights, expected, rtol=0, atol=1e-6)
+    residual = (update.weights - base - d * clip).double()
+    assert abs(residual.std().item() - z * clip) < 0.02 * z * clip
+    assert noise.uploads == {2: 1} and update.info["dp_delta_norm"] == pytest.approx(1.0)
+
+
+def test_local_dp_run_accounts_the_busiest_client_and_resumes_exactly(tmp_path):
+    """Each upload: a Gaussian mechanism of multiplier z / 2 (sensitivity 2C), q = 1, composed over the uploads of
+    the client that uploaded most; determinism and exact resume with the noise on."""
+    pytest.importorskip("opacus")
+    from opacus.accountants import RDPAccountant
+
+    def make():
+        return DifferentiallyPrivate(FedAsync(concurrency=4), clip_norm=0.5, noise_multiplier=1.2, mode="local")
+
+    full, resumed = check_determinism_and_exact_resume(
+        tmp_path, make, versions=12, midway=lambda algo: bool(algo.client_callbacks[-1].uploads)
+    )
+    local = full.algorithm.client_callbacks[-1]
+    most = max(local.uploads.values())
+    assert full.summary["dp_max_uploads"] == most == resumed.summary["dp_max_uploads"]
+    accountant = RDPAccountant()
+    for _ in range(most):
+        accountant.step(noise_multiplier=0.6, sample_rate=1.0)
+    assert full.summary["dp_local_epsilon"] == pytest.approx(accountant.get_epsilon(delta=1e-5), rel=1e-12)
+    assert full.history[-1]["dp_local_epsilon"] == full.summary["dp_local_epsilon"]
+    assert resumed.summary["dp_local_epsilon"] == full.summary["dp_local_epsilon"]
+    assert "dp_epsilon" not in full.summary  # no central mechanism, no central epsilon
+
+
+def test_local_mode_refusals():
+    with pytest.raises(ValueError, match="mode"):
+        DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0, mode="shuffle")
+    with pytest.raises(ValueError, match=r"max_epsilon=2\.0 is a budget of the central mode"):
+        DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0, max_epsilon=2.0, mode="local")
+    for bad in ({"clip_norm": 0.0}, {"noise_multiplier": -1.0}, {"delta": 1.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            LocalGaussianNoise(**{"clip_norm": 1.0, "noise_multiplier": 1.0, **bad})
