@@ -60,8 +60,7 @@ class DifferentiallyPrivate(Algorithm):
             check(max_epsilon is None, f"max_epsilon={max_epsilon} is a budget of the central mode; use mode='central'")
             client_callbacks.append(LocalGaussianNoise(clip_norm, noise_multiplier, delta=delta))
         hparams = {
-            "algorithm": algorithm.name,
-            **algorithm.hparams,
+            "algorithm": algorithm,
             "clip_norm": clip_norm,
             "noise_multiplier": noise_multiplier,
             "delta": delta,

@@ -132,6 +132,8 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "n/a"
+        if 0 < abs(value) < 1e-3:  # e.g. a privacy delta of 1e-5, which 4 decimals would show as 0.0000
+            return f"{value:.3g}"
         return f"{value:.4f}" if abs(value) < 10 else f"{value:,.1f}"
     if isinstance(value, int):
         return f"{value:,}"

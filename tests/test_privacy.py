@@ -210,7 +210,7 @@ def test_wrapper_composes_with_a_server_optimizer_and_a_correction():
         algo = DifferentiallyPrivate(preset, clip_norm=1.0, noise_multiplier=1.0)
         assert isinstance(algo.server_callbacks[0], GaussianAggregateNoise)
         assert isinstance(algo.server_callbacks[-1], DeltaClipping)
-        assert algo.hparams["algorithm"] == preset.name and algo.scheduler is preset.scheduler
+        assert algo.hparams["algorithm"] is preset and algo.scheduler is preset.scheduler
 
 
 def test_missing_opacus_names_the_extra(monkeypatch):
