@@ -29,8 +29,8 @@ def step_coefficients(aggregator: Aggregator, buffered: list[tuple[ClientUpdate,
     :class:`Mixing`, :math:`p_i / \sum_j p_j` for :class:`ModelAverage`. Other aggregators raise ``ValueError``.
 
     Example:
-        >>> step_coefficients(DeltaAverage(buffer_size=4, server_lr=2.0), [(None, 1.0), (None, 0.5)])
-        [1.0, 0.25]
+        >>> step_coefficients(DeltaAverage(buffer_size=2, server_lr=2.0), [(None, 1.0), (None, 0.5)])  # eta p_i / K
+        [1.0, 0.5]
     """
     weights = [w for _, w in buffered]
     kind = type(aggregator)
