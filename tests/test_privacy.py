@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import math
 import sys
+import warnings
 
 import pytest
 import torch
@@ -270,3 +271,13 @@ def test_local_mode_refusals():
     for bad in ({"clip_norm": 0.0}, {"noise_multiplier": -1.0}, {"delta": 1.0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             LocalGaussianNoise(**{"clip_norm": 1.0, "noise_multiplier": 1.0, **bad})
+
+
+def test_weights_read_from_the_updates_draw_a_warning():
+    from lit_asyncfl.algorithms import FedHist
+
+    with pytest.warns(UserWarning, match="HistoryAwareWeight may compute aggregation weights"):
+        _fit_start(DifferentiallyPrivate(FedHist(), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _fit_start(DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from lit_asyncfl.checks import check, check_number
@@ -10,12 +11,17 @@ from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon
 from lit_asyncfl.server.aggregators import Aggregator, DeltaAverage, Mixing, ModelAverage
 from lit_asyncfl.server.base import ServerCallback
+from lit_asyncfl.server.data_fraction import DataFractionWeight
+from lit_asyncfl.server.weights import DataSizeWeight, StalenessWeight
 
 if TYPE_CHECKING:
     from torch import Tensor
 
     from lit_asyncfl.core.server import Server
     from lit_asyncfl.core.update import ClientUpdate
+
+#: Weight callbacks whose weights depend only on what the accounting treats as public (versions, shard sizes).
+PUBLIC_WEIGHTS: tuple[type[ServerCallback], ...] = (StalenessWeight, DataSizeWeight, DataFractionWeight)
 
 #: Stream id of the aggregate noise in :func:`~lit_asyncfl.core.seeding.derive_seed`.
 NOISE_STREAM = 0xD9_0001
@@ -120,7 +126,10 @@ class GaussianAggregateNoise(ServerCallback):
     Asynchronous arrivals are *not* Poisson sampling (who arrives depends on device speed and on the previous
     dispatches), so this :math:`\varepsilon` is the standard approximation, not a proof. The denominator of
     ``normalize=True`` and of :class:`ModelAverage` depends on who participated; the sensitivity is taken with the
-    aggregation's weights as given, as in the fixed-denominator analysis.
+    aggregation's weights as given, as in the fixed-denominator analysis. The weights :math:`p_i` are taken as
+    public: a weight callback other than those of ``PUBLIC_WEIGHTS`` (staleness, data size), e.g. similarity or
+    history weights, which read the updates, draws a warning at fit start: the noise scale then depends on private
+    data.
 
     Args:
         noise_multiplier: :math:`z \ge 0` (``0``: clipping only, :math:`\varepsilon = \infty`).
@@ -172,6 +181,19 @@ class GaussianAggregateNoise(ServerCallback):
             "(e.g. norm='group')",
         )
         step_coefficients(server.aggregator, [])  # refuses an aggregator it cannot calibrate to
+        private = [
+            type(cb).__name__
+            for cb in server.callbacks
+            if _overrides(cb, "weight_update") and not isinstance(cb, PUBLIC_WEIGHTS)
+        ]
+        if private:
+            warnings.warn(
+                f"{', '.join(private)} may compute aggregation weights from the updates' content: the noise is "
+                "calibrated to the weights of each aggregation, so it then depends on private data, which the "
+                f"epsilon reported does not account for (public weights: {[c.__name__ for c in PUBLIC_WEIGHTS]})",
+                UserWarning,
+                stacklevel=2,
+            )
         check(
             self.max_epsilon is None or server.aggregator.buffer_size is not None,
             "max_epsilon needs an aggregator with a buffer_size (the size of the next aggregation)",
