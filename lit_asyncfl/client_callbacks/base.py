@@ -79,6 +79,11 @@ class ClientCallback:
     def on_job_dropped(self, job: ClientJob, reason: str) -> None:
         """Called when a job ends without an update (e.g. it raised): forget what was kept for it."""
 
+    def metrics(self) -> dict[str, Any]:
+        """Values this callback adds to every evaluation row (hence the loggers) and to the run summary, e.g. the
+        privacy spent by local DP; keys must not clash with the row's own."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """Checkpointable state."""
         return {}

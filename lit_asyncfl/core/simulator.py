@@ -111,6 +111,7 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
         self.availability.setup(len(num_samples), seed)
         self.on_client_error = on_client_error
         self.server = server
+        server.seed = seed
         self.scheduler = scheduler
         self.executor = executor
         self.device_model = device_model
