@@ -30,6 +30,7 @@ import lit_asyncfl.algorithms
 import lit_asyncfl.data
 import lit_asyncfl.devices
 import lit_asyncfl.models  # noqa: F401  (registers short class names for --model=LeNet5 etc.)
+from lit_asyncfl import namespaces
 from lit_asyncfl.checks import check, is_int
 from lit_asyncfl.trainer import FederatedTrainer
 
@@ -82,7 +83,11 @@ class FederatedCLI(LightningCLI):
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
-        return {"fit": {"model", "datamodule"}, "validate": {"model", "datamodule"}, "test": {"model", "datamodule"}}
+        return {
+            "fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
+            "validate": {"model", "datamodule"},
+            "test": {"model", "datamodule"},
+        }
 
     def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """No ``--seed_everything``: ``--trainer.seed`` seeds the whole run."""
@@ -91,10 +96,28 @@ class FederatedCLI(LightningCLI):
         parser.add_class_arguments(
             self.trainer_class, "trainer", fail_untyped=False, instantiate=False, sub_configs=True
         )
-        parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
-        parser.add_lightning_class_args(
-            self._datamodule_class, "data", subclass_mode=self.subclass_mode_data, required=False
-        )
+        for key, given, base, subclass_mode, required in (
+            ("model", self.model_class, "LightningModule", self.subclass_mode_model, True),
+            ("data", self.datamodule_class, "LightningDataModule", self.subclass_mode_data, False),
+        ):
+            if given is None:  # any subclass of either namespace's base (import lightning / pytorch_lightning)
+                bases = namespaces.installed_classes(base)
+                parser.add_subclass_arguments(bases, key, fail_untyped=False, required=required)
+            else:
+                parser.add_lightning_class_args(given, key, subclass_mode=subclass_mode, required=required)
+
+    def _add_instantiators(self) -> None:
+        """Lightning's, and the same for ``pytorch_lightning`` modules (their hyper-parameters record the config)."""
+        super()._add_instantiators()
+        standalone = namespaces.standalone()
+        if standalone is None:
+            return
+        for key, given, base in (("model", self.model_class, "LightningModule"),
+                                 ("data", self.datamodule_class, "LightningDataModule")):  # fmt: skip
+            if given is None:
+                self.parser.add_instantiator(
+                    standalone.cli._InstantiatorFn(cli=self, key=key), getattr(standalone, base), subclasses=True
+                )
 
     @contextmanager
     def _settings_errors(self) -> Iterator[None]:

@@ -21,6 +21,7 @@ from lit_asyncfl.checks import check, check_int
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.data.shards import dataset_tensors
 from lit_asyncfl.loops.validation_loop import run_evaluation
+from lit_asyncfl.reporting import callback_metrics
 
 
 def find_metric_name(metrics: dict[str, Any], kind: str) -> str | None:
@@ -59,7 +60,7 @@ def find_metric(metrics: dict[str, float], kind: str) -> float | None:
 
 def evaluate(module: L.LightningModule, batches: Iterable[Any], stage: str = "val") -> dict[str, float]:
     """Evaluate ``module`` over one dataloader's ``batches`` with Lightning's evaluation loop
-    (:func:`~lit_asyncfl.validation_loop.run_evaluation`) and return what it logged.
+    (:func:`~lit_asyncfl.loops.run_evaluation`) and return what it logged.
 
     Example:
         >>> import torch
@@ -259,6 +260,7 @@ class GlobalEvaluation:
             "updates_dropped": sum(sim.dropped.values()),
             "num_online": int(sim.availability.online(sim.now).sum()),
             "wall_time": round(self._wall_seconds(), 3),
+            **callback_metrics(sim),
             **metrics,
         }
         self.history.append(row)

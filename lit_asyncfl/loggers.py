@@ -6,7 +6,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, Logger
+
+from lit_asyncfl import namespaces
 
 
 def resolve_loggers(logger: Logger | Iterable[Logger] | bool | None, root: str, name: str) -> list[Logger]:
@@ -22,7 +24,7 @@ def resolve_loggers(logger: Logger | Iterable[Logger] | bool | None, root: str, 
         return [CSVLogger(root, name=name)]
     if logger is False or logger is None:
         return []
-    if isinstance(logger, Logger):
+    if isinstance(logger, namespaces.logger_classes()):  # lightning.pytorch's or pytorch_lightning's
         return [logger]
     if isinstance(logger, (str, bytes)) or not isinstance(logger, Iterable):
         hint = " (on the command line: --trainer.logger=CSVLogger)" if isinstance(logger, str) else ""
@@ -50,8 +52,9 @@ def claim_log_dir(loggers: list[Logger], root: str, name: str) -> str:
         ['version_0', 'version_1']
     """
     try:
+        lazy = tuple(getattr(p.loggers, n) for p in namespaces.packages() for n in ("CSVLogger", "TensorBoardLogger"))
         for lg in loggers:
-            if isinstance(lg, (CSVLogger, TensorBoardLogger)) and lg._version is None:  # Lightning's lazy version
+            if isinstance(lg, lazy) and lg._version is None:  # Lightning's lazy version
                 lg._version = _claim_version(Path(lg.root_dir))
                 os.makedirs(lg.log_dir, exist_ok=True)  # (a TensorBoardLogger's sub_dir is below the version)
                 return _writable(str(lg.log_dir))

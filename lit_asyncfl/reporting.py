@@ -91,9 +91,16 @@ def run_summary(
         "events": sim.events_processed,
         "stop_reason": stop_reason,
         "wall_seconds": round(wall_seconds, 2),
+        **callback_metrics(sim),
         **sim.scheduler.summary(),
         **({"executor": dict(sim.executor.stats)} if getattr(sim.executor, "stats", None) else {}),
     }
+
+
+def callback_metrics(sim: Any) -> dict[str, Any]:
+    """What the server and client callbacks add to evaluation rows and the summary (their ``metrics`` hooks)."""
+    client = {k: v for cb in sim.client_callbacks for k, v in cb.metrics().items()}
+    return {**sim.server.callback_metrics(), **client}
 
 
 def time_to_target(history: Sequence[dict[str, Any]], target: float) -> float | None:
@@ -125,6 +132,8 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "n/a"
+        if 0 < abs(value) < 1e-3:  # e.g. a privacy delta of 1e-5, which 4 decimals would show as 0.0000
+            return f"{value:.3g}"
         return f"{value:.4f}" if abs(value) < 10 else f"{value:,.1f}"
     if isinstance(value, int):
         return f"{value:,}"

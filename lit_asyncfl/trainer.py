@@ -23,6 +23,7 @@ from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.loggers import Logger
 
 from lit_asyncfl import checkpoint as ckpt
+from lit_asyncfl import namespaces
 from lit_asyncfl.algorithms import Algorithm, get_algorithm
 from lit_asyncfl.availability import AlwaysAvailable, Availability
 from lit_asyncfl.callbacks import Callback, ModelCheckpoint, RunCheckpoint
@@ -34,6 +35,7 @@ from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.simulator import ON_CLIENT_ERROR, Simulator, sample_profiles
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
+from lit_asyncfl.data.loaders import fit_data
 from lit_asyncfl.devices import DeviceModel, UniformRatio
 from lit_asyncfl.evaluation import GlobalEvaluation, eval_loader, evaluate_stage
 from lit_asyncfl.executors.factory import DEFAULT_NUM_THREADS, build_executor, check_engine, resolve_device
@@ -41,7 +43,7 @@ from lit_asyncfl.executors.ray.executor import RayExecutor, check_executor
 from lit_asyncfl.executors.sequential import SequentialExecutor
 from lit_asyncfl.hparams import run_fingerprint, run_hyperparameters
 from lit_asyncfl.loggers import claim_log_dir, resolve_loggers
-from lit_asyncfl.loops.contract import check_lightning_contract, check_model_fits_data
+from lit_asyncfl.loops.contract import check_lightning_contract, check_manual_optimization, check_model_fits_data
 from lit_asyncfl.reporting import run_summary
 
 log = logging.getLogger("lit_asyncfl")
@@ -110,7 +112,7 @@ class FederatedTrainer:
             and ``configure_optimizers``), ``"lightning"`` (a real ``lightning.Trainer`` per update, for modules
             that need one: ``self.log``, ``self.trainer``, manual optimization; bit-identical to ``fast``) or
             ``"cohort"`` (every in-flight job at once with ``torch.func.vmap``; plain SGD, no BatchNorm; equal to
-            ``fast`` up to float32 rounding). See :mod:`lit_asyncfl.client.engines`.
+            ``fast`` up to float32 rounding). See :mod:`lit_asyncfl.engines`.
         onednn: Use oneDNN (``torch.backends.mkldnn``) kernels during local training; ``None``: automatic, off on
             the CPU for small convolutions (where the plain kernels are faster), else unchanged. Switching it
             changes float results in the last bits (about 1e-8 in LeNet-5 weights), never their determinism.
@@ -122,7 +124,7 @@ class FederatedTrainer:
             ``updates_dropped`` and ``drop_reasons``; ``mean_online_fraction``; ``num_online`` in the history;
             ``availability.png`` in the outputs).
         executor: Where client jobs are computed: ``"sequential"`` (in this process, each when its update is
-            needed), ``"ray"`` (on Ray workers with :class:`~lit_asyncfl.client.ray_executor.RayExecutor`'s
+            needed), ``"ray"`` (on Ray workers with :class:`~lit_asyncfl.executors.RayExecutor`'s
             defaults: one CPU worker per core of the local or joined Ray cluster), or a ``RayExecutor(...)`` with
             its own settings (workers, GPUs per worker, look-ahead, cluster address). Updates are applied in the
             same virtual-time order either way: on CPU the weights are identical (needs the ``ray`` extra).
@@ -345,18 +347,27 @@ class FederatedTrainer:
     def fit(
         self,
         model: L.LightningModule,
-        datamodule: L.LightningDataModule,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        datamodule: L.LightningDataModule | None = None,
         ckpt_path: str | None = None,
     ) -> None:
-        """Run the federated simulation.
+        """Run the federated simulation (the data given as to ``lightning.Trainer.fit``).
 
         Args:
             model: The model; its initial weights are the initial global model, and it holds the final global
                 weights afterwards (also as :attr:`global_model`).
+            train_dataloaders: A ``DataLoader`` whose dataset is split into the clients (its ``batch_size``,
+                ``collate_fn`` and ``drop_last`` are each client's), or a data module (as in Lightning,
+                ``fit(model, dm)`` is ``fit(model, datamodule=dm)``). ``None``: the data module's, else the
+                module's own ``train_dataloader`` hook.
+            val_dataloaders: What evaluates the global model (a ``DataLoader`` or a list of them); ``None``: the
+                module's own ``val_dataloader`` hook where it has one, else no evaluation.
             datamodule: A :class:`~lit_asyncfl.data.FederatedDataModule`, or any ``LightningDataModule`` (split IID
                 unless wrapped in :class:`~lit_asyncfl.data.PartitionedDataModule`).
             ckpt_path: Resume from a checkpoint written by this trainer (same configuration; budgets may differ).
         """
+        datamodule = fit_data(model, train_dataloaders, val_dataloaders, datamodule, self.engine)
         torch.set_num_threads(self.effective_num_threads)
         self._wall_start, self._wall_offset = time.perf_counter(), 0.0
         self._log_dir = None
@@ -480,9 +491,9 @@ class FederatedTrainer:
 
     # -- wiring -----------------------------------------------------------------------------------------------
     def _build(self, model: L.LightningModule, datamodule: L.LightningDataModule) -> Simulator:
-        if not isinstance(model, L.LightningModule):
+        if not isinstance(model, namespaces.classes("LightningModule")):
             raise TypeError(f"model must be a LightningModule, got {type(model).__name__}")
-        if not isinstance(datamodule, L.LightningDataModule):
+        if not isinstance(datamodule, namespaces.classes("LightningDataModule")):
             raise TypeError(f"datamodule must be a LightningDataModule, got {type(datamodule).__name__}")
         dm = datamodule if isinstance(datamodule, FederatedDataModule) else PartitionedDataModule(datamodule)
         dm.prepare_data()
@@ -494,6 +505,7 @@ class FederatedTrainer:
         ckpt.check_hparams_loadable(datamodule)
         check_lightning_contract(model, self.engine, datamodule)
         algo = self.algorithm
+        check_manual_optimization(model, algo.client_callbacks)
         for cb in algo.client_callbacks:
             cb.check_module(model)
         self.client_state = None

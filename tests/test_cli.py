@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lit_asyncfl import FederatedTrainer
-from lit_asyncfl.algorithms import FedAsync
+from lit_asyncfl.algorithms import Algorithm, FedAsync
 from lit_asyncfl.cli import FederatedCLI, main
 from lit_asyncfl.client.ray_executor import ray_available
 
@@ -44,7 +44,9 @@ def test_every_config_parses_and_instantiates(config, tmp_path):
         if isinstance(value, dict) and "class_path" in value:  # a component, e.g. ASFL's controller
             assert type(hparams[key]).__name__ == value["class_path"].split(".")[-1], key
             for name, arg in value.get("init_args", {}).items():
-                assert getattr(hparams[key], name) == arg, f"{key}.{name}"
+                part = hparams[key]  # a wrapped algorithm (DifferentiallyPrivate) records its own hyper-parameters
+                got = part.hparams[name] if isinstance(part, Algorithm) else getattr(part, name)
+                assert got == arg, f"{key}.{name}"
         else:
             assert hparams[key] == value, key  # every hyper-parameter reached the algorithm
     if "executor" in raw["trainer"]:  # every executor setting reached the RayExecutor

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
 PAGES = [*sorted(p for p in DOCS.glob("*.md")), ROOT / "README.md"]
-TESTED_BLOCKS = {"python-api", "callbacks", "custom-algorithm", "preset", "device-model", "partitioner"}
+TESTED_BLOCKS = {"python-api", "callbacks", "custom-algorithm", "preset", "device-model", "partitioner", "privacy"}
 
 
 def _text(name: str) -> str:
@@ -80,6 +80,14 @@ def test_callbacks_example_keeps_a_loadable_best_global_model(tmp_path, monkeypa
     dm = DigitsDataModule(partition="dirichlet", alpha=0.5)
     assert trainer.validate(model, dm, verbose=False)[0]["val_acc"] == best.best_model_score
     assert trainer.summary["stop_reason"] in ("early_stopping", "max_virtual_time")
+
+
+def test_privacy_example_reports_epsilon(capsys):
+    pytest.importorskip("opacus")
+    namespace = _run("privacy.md", "privacy")
+    summary = namespace["trainer"].summary
+    assert 0 < summary["dp_epsilon"] < float("inf") and summary["dp_steps"] == 5
+    assert capsys.readouterr().out.split() == [str(summary["dp_epsilon"]), "1e-05"]
 
 
 def test_preset_example_records_and_checks_its_arguments():

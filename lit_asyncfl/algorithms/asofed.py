@@ -27,9 +27,9 @@ class ASOFed(Algorithm):
 
     :math:`\bar d_k` is the client's mean number of global versions between consecutive downloads. Composition:
     :class:`~lit_asyncfl.schedulers.KeepConcurrency`; client callbacks
-    :class:`~lit_asyncfl.client.staleness_callbacks.DelayAdaptiveStepSize`,
-    :class:`~lit_asyncfl.client.callbacks.ProximalTerm` (:math:`\mu = \lambda`) and
-    :class:`~lit_asyncfl.client.staleness_callbacks.DecayedCorrection`; a
+    :class:`~lit_asyncfl.client_callbacks.DelayAdaptiveStepSize`,
+    :class:`~lit_asyncfl.client_callbacks.ProximalTerm` (:math:`\mu = \lambda`) and
+    :class:`~lit_asyncfl.client_callbacks.DecayedCorrection`; a
     :class:`~lit_asyncfl.server.DeltaAverage` of one update with server rate 1, weighted by
     :class:`~lit_asyncfl.server.data_fraction.DataFractionWeight`.
 

@@ -20,8 +20,9 @@ class FedDyn(Algorithm):
         + \frac{\alpha}{2} \lVert \theta - \theta^{t-1} \rVert^2,
         \qquad \nabla L_k(\theta_k^t) = \nabla L_k(\theta_k^{t-1}) - \alpha (\theta_k^t - \theta^{t-1})
 
-    (:class:`~lit_asyncfl.client.DynamicRegularizer`: the linear and quadratic terms on the gradient, the state
-    :math:`\nabla L_k` per client in the run's :class:`~lit_asyncfl.core.client_state.ClientStateStore`); the server
+    (:class:`~lit_asyncfl.client_callbacks.DynamicRegularizer`: the linear and quadratic terms on the gradient, the
+    state :math:`\nabla L_k` per client in the run's :class:`~lit_asyncfl.core.client_state.ClientStateStore`); the
+    server
 
     .. math::
         h^t = h^{t-1} - \frac{\alpha}{m} \sum_{k \in P_t} (\theta_k^t - \theta^{t-1}), \qquad

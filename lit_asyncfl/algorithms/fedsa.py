@@ -26,7 +26,7 @@ class FedSA(Algorithm):
     :class:`~lit_asyncfl.schedulers.BufferedConcurrency` (``concurrency=1.0``: every client trains, as K-async
     training), a :class:`~lit_asyncfl.server.ModelAverage` of :math:`M` with
     :class:`~lit_asyncfl.server.DataSizeWeight` and :class:`~lit_asyncfl.server.StalenessBound`, and the client
-    callback :class:`~lit_asyncfl.client.staleness_callbacks.ParticipationLearningRate`.
+    callback :class:`~lit_asyncfl.client_callbacks.ParticipationLearningRate`.
 
     Resolutions (only one public source; what is taken and why):
 

@@ -18,8 +18,8 @@ class MOON(Algorithm):
         \ell_{con} = -\log \frac{\exp(\mathrm{sim}(z, z_{glob}) / \tau)}
         {\exp(\mathrm{sim}(z, z_{glob}) / \tau) + \exp(\mathrm{sim}(z, z_{prev}) / \tau)}
 
-    (:class:`~lit_asyncfl.client.ModelContrastive`): :math:`z` the representation of the batch by the local model,
-    :math:`z_{glob}` by the global model the job started from, :math:`z_{prev}` by the client's previous local
+    (:class:`~lit_asyncfl.client_callbacks.ModelContrastive`): :math:`z` the representation of the batch by the local
+    model, :math:`z_{glob}` by the global model the job started from, :math:`z_{prev}` by the client's previous local
     model, kept per client in the run's :class:`~lit_asyncfl.core.client_state.ClientStateStore` (in memory up to
     ``FederatedTrainer(client_state_budget=...)``, on disk beyond). The module must define ``representation(x)``
     (the bundled models do); one without it is refused at fit start.
@@ -33,7 +33,7 @@ class MOON(Algorithm):
     Resolutions:
 
     * **First job of a client**: no previous model, the term is zero (the authors' first round has an empty model
-      pool, see :class:`~lit_asyncfl.client.ModelContrastive`); one previous model per client (the authors'
+      pool, see :class:`~lit_asyncfl.client_callbacks.ModelContrastive`); one previous model per client (the authors'
       ``model_buffer_size=1``). This equals the authors' code only when every client trains in the first round
       (their main experiments: 10 parties, all sampled). With partial participation their pool holds, after round
       1, every party's network, so a client first sampled in a later round contrasts with its own never-trained,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
+from lit_asyncfl import namespaces
 from lit_asyncfl.callbacks.base import Callback
 from lit_asyncfl.callbacks.interrupt import InterruptHandler
 from lit_asyncfl.callbacks.logger_connector import LoggerConnector
@@ -43,6 +44,8 @@ def configure_callbacks(
     """
     user = [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])
     for cb in user:
+        if isinstance(cb, namespaces.classes("Callback")):
+            raise ValueError(lightning_callback_message(cb))
         if not isinstance(cb, Callback):
             raise ValueError(f"callbacks must be lit_asyncfl.callbacks.Callback instances, got {cb!r}")
     keys = [cb.state_key for cb in user]
@@ -57,6 +60,36 @@ def configure_callbacks(
     if loggers:
         last.append(LoggerConnector(list(loggers)))
     return first + user + last
+
+
+#: Lightning's callbacks with an equivalent among the run callbacks.
+_EQUIVALENTS = {
+    "ModelCheckpoint": "lit_asyncfl.callbacks.ModelCheckpoint (dirpath, filename, monitor, mode, save_top_k, "
+    "save_last; every_n_versions)",
+    "EarlyStopping": "lit_asyncfl.callbacks.EarlyStopping (monitor, min_delta, patience in evaluations, mode)",
+    "TQDMProgressBar": "lit_asyncfl.callbacks.ProgressBar (or enable_progress_bar)",
+    "RichProgressBar": "lit_asyncfl.callbacks.ProgressBar (or enable_progress_bar)",
+    "ProgressBar": "lit_asyncfl.callbacks.ProgressBar (or enable_progress_bar)",
+}
+
+
+def lightning_callback_message(cb: object) -> str:
+    """Why a Lightning ``Callback`` given as a run callback is refused, and what to use instead.
+
+    Example:
+        >>> from lightning.pytorch.callbacks import EarlyStopping
+        >>> print(lightning_callback_message(EarlyStopping("val_loss")))  # doctest: +ELLIPSIS
+        callbacks: EarlyStopping is a Lightning Callback (lightning...; use lit_asyncfl.callbacks.EarlyStopping (...
+    """
+    name = type(cb).__name__
+    instead = next((v for k, v in _EQUIVALENTS.items() if any(c.__name__ == k for c in type(cb).__mro__)), None)
+    return (
+        f"callbacks: {name} is a Lightning Callback ({type(cb).__module__}), whose hooks belong to a "
+        "lightning.Trainer's loop, which the global loop of a federated run is not; use "
+        + (instead if instead is not None else "a lit_asyncfl.callbacks.Callback subclass")
+        + " (run callbacks, see docs/callbacks.md: on_fit_start, on_evaluation_end, on_new_version, on_event_end, "
+        "on_fit_end, ...); client-side hooks go on the module or in client callbacks"
+    )
 
 
 class CallbackConnector(SimulationObserver):

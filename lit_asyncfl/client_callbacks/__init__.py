@@ -2,12 +2,13 @@
 
 The base class and the generic ones (:class:`ClientCallback`, :class:`ProximalTerm`, :class:`LearningRateDecay`),
 staleness-aware learning rates and corrections (ASO-Fed, FedSA), callbacks with per-client state (MOON, FedDyn) and
-FedASMU's fresh-model merge.
+FedASMU's fresh-model merge, local differential privacy.
 """
 
 from lit_asyncfl.client_callbacks.base import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.client_callbacks.client_state import DynamicRegularizer, ModelContrastive
 from lit_asyncfl.client_callbacks.fresh_merge import FreshModelMerge
+from lit_asyncfl.client_callbacks.privacy import LocalGaussianNoise
 from lit_asyncfl.client_callbacks.staleness import DecayedCorrection, DelayAdaptiveStepSize, ParticipationLearningRate
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "DynamicRegularizer",
     "FreshModelMerge",
     "LearningRateDecay",
+    "LocalGaussianNoise",
     "ModelContrastive",
     "ParticipationLearningRate",
     "ProximalTerm",

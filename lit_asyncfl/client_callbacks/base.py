@@ -23,7 +23,7 @@ class ClientCallback:
     """
 
     #: ``True`` when what the callback does to a job depends only on the job and its start weights and it keeps no
-    #: state across jobs: a :class:`~lit_asyncfl.client.ray_executor.RayExecutor` may then train jobs on other
+    #: state across jobs: a :class:`~lit_asyncfl.executors.RayExecutor` may then train jobs on other
     #: processes, ahead of their events, each with a copy of the callback. ``False`` (the safe default): a Ray run
     #: trains its jobs in the simulation's process, at their events, as the sequential executor does.
     runs_on_workers: bool = False
@@ -78,6 +78,11 @@ class ClientCallback:
 
     def on_job_dropped(self, job: ClientJob, reason: str) -> None:
         """Called when a job ends without an update (e.g. it raised): forget what was kept for it."""
+
+    def metrics(self) -> dict[str, Any]:
+        """Values this callback adds to every evaluation row (hence the loggers) and to the run summary, e.g. the
+        privacy spent by local DP; keys must not clash with the row's own."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         """Checkpointable state."""

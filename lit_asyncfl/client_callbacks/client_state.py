@@ -3,7 +3,7 @@
 regulariser.
 
 Both keep ``runs_on_workers = False``: the store lives in the simulation's process, so under a
-:class:`~lit_asyncfl.client.ray_executor.RayExecutor` their jobs are trained in that process at their events, as the
+:class:`~lit_asyncfl.executors.RayExecutor` their jobs are trained in that process at their events, as the
 sequential executor does (the weights are the same either way).
 """
 

@@ -37,7 +37,7 @@ def _set_rng(device: torch.device, state: tuple[Tensor, Tensor | None]) -> None:
 class FreshModelMerge(ClientCallback):
     r"""Request the global model mid-training and merge it with a learned weight (FedASMU, Formulas 5-9).
 
-    At dispatch the :class:`~lit_asyncfl.client.time_slots.TimeSlotSelector` picks a slot ``l*``; after that
+    At dispatch the :class:`~lit_asyncfl.rl.TimeSlotSelector` picks a slot ``l*``; after that
     fraction of the local steps the device asks the server for the current global model :math:`w_g`. When it is
     newer (:math:`g > o`):
 

@@ -3,7 +3,7 @@ correction, FedSA's participation-scaled learning rate.
 
 Each keeps per-client state across jobs (in the callback, checkpointed through :meth:`state_dict`), learned in
 ``on_train_end`` only (a job that raises leaves no trace). They keep ``runs_on_workers = False``: under a
-:class:`~lit_asyncfl.client.ray_executor.RayExecutor` their jobs are trained in the simulation's process at their
+:class:`~lit_asyncfl.executors.RayExecutor` their jobs are trained in the simulation's process at their
 events, as the sequential executor does; the cohort engine refuses them at fit start (use ``engine="fast"``).
 """
 

@@ -106,7 +106,7 @@ class ClientStateStore:
     """Per-client tensors by name, resident while they fit ``budget_bytes``, spilled to files beyond it.
 
     Callbacks use :meth:`get` and :meth:`put`; a client callback declares
-    :attr:`~lit_asyncfl.client.callbacks.ClientCallback.uses_client_state` and the trainer hands it the run's store
+    :attr:`~lit_asyncfl.client_callbacks.ClientCallback.uses_client_state` and the trainer hands it the run's store
     as ``client_state`` (see the module docstring for files, checkpoints and release). Tensors are kept on the CPU;
     :meth:`get` returns the stored tensor itself (resident) or a fresh one read from disk: do not modify it in place.
 

@@ -100,6 +100,8 @@ class Server:
         self.aggregator = aggregator
         self.callbacks = callbacks
         self.num_clients = num_clients
+        #: The run seed (set by the simulator), for callbacks that draw from generators seeded by it.
+        self.seed = 0
         self.stats = ServerStats()
         #: Labelled data held out for the server, as ``(inputs, targets)`` tensors, or ``None``.
         self.data = data
@@ -212,6 +214,10 @@ class Server:
         if not entries:
             return self.weights[n:]
         return weighted_average([b for b, _ in entries], [w for _, w in entries])
+
+    def callback_metrics(self) -> dict[str, Any]:
+        """What the callbacks add to evaluation rows and the summary (:meth:`ServerCallback.metrics`)."""
+        return {k: v for cb in self.callbacks for k, v in cb.metrics(self).items()}
 
     def state_dict(self) -> dict[str, Any]:
         """Global weights, version, counters, aggregator and callback states."""

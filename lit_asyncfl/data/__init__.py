@@ -3,6 +3,7 @@
 from lit_asyncfl.data.base import ClientTransform, FederatedDataModule, PartitionedDataModule, split_dataset
 from lit_asyncfl.data.digits import DigitsDataModule
 from lit_asyncfl.data.imdb import IMDbDataModule
+from lit_asyncfl.data.loaders import LoaderDataModule
 from lit_asyncfl.data.partition import (
     IID,
     PARTITIONERS,
@@ -42,6 +43,7 @@ __all__ = [
     "FashionMNISTDataModule",
     "FederatedDataModule",
     "IMDbDataModule",
+    "LoaderDataModule",
     "MNISTDataModule",
     "Natural",
     "PartitionedDataModule",

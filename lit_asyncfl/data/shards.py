@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor
 from torch.utils.data import Dataset, Subset, TensorDataset, default_collate
 
@@ -167,22 +168,12 @@ class DatasetShards:
         collate = self.collate_fn if self.collate_fn is not None else default_collate
         for start in range(0, min(end, len(order)), batch_size):
             batch = collate([self.dataset[int(i)] for i in order[start : start + batch_size]])
-            batch = _to_device(batch, self.device)
+            batch = move_data_to_device(batch, self.device)  # Lightning's: any structure it moves
             if self.transform is not None:
                 if not (isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], Tensor)):
                     raise TypeError("a client transform needs batches of the form [inputs, ...]")
                 batch = [self.transform(batch[0], generator), *batch[1:]]
             yield batch
-
-
-def _to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, Tensor):
-        return batch.to(device)
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(b, device) for b in batch)
-    if isinstance(batch, dict):
-        return {k: _to_device(v, device) for k, v in batch.items()}
-    return batch
 
 
 def dataset_tensors(dataset: Dataset) -> tuple[Tensor, Tensor] | None:

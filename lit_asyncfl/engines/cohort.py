@@ -43,7 +43,7 @@ def _refuse_metric(*args: Any, **kwargs: Any) -> None:
 
 class _CohortLog:
     """``self.log`` inside the batched ``training_step``: collects the logged values (batched over the cohort's jobs)
-    and their arguments, handed to each job's :class:`~lit_asyncfl.validation_loop.JobLog` after the step."""
+    and their arguments, handed to each job's :class:`~lit_asyncfl.loops.JobLog` after the step."""
 
     def __init__(self) -> None:
         self.values: dict[str, Tensor] | None = None
@@ -109,7 +109,7 @@ def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] 
 
     Supported: one plain SGD optimizer (``lr``, ``weight_decay``; no momentum, no scheduler), trainable
     floating-point parameters and no floating-point buffers (so no BatchNorm running statistics), client callbacks
-    :class:`~lit_asyncfl.client.callbacks.ProximalTerm` and :class:`~lit_asyncfl.client.callbacks.LearningRateDecay`.
+    :class:`~lit_asyncfl.client_callbacks.ProximalTerm` and :class:`~lit_asyncfl.client_callbacks.LearningRateDecay`.
 
     Returns:
         The optimizer's ``(lr, weight_decay)``.

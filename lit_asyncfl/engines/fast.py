@@ -28,7 +28,7 @@ class LocalTrainer(LocalEngine):
     client callbacks' ``on_after_backward`` and ``optimizer.step``. Schedulers step per epoch or per step as
     configured. What ``training_step`` logs with ``self.log`` becomes the update's ``metrics`` (the job's means);
     ``self.trainer`` is a
-    :class:`~lit_asyncfl.client.job_trainer.JobTrainer` (epoch, step, the job's step counts; anything else is
+    :class:`~lit_asyncfl.loops.JobTrainer` (epoch, step, the job's step counts; anything else is
     refused naming ``engine="lightning"``, for modules that need a full ``lightning.Trainer``).
 
     Args:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import logging
 import warnings
@@ -11,10 +12,10 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.strategies import SingleDeviceStrategy
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
+from lit_asyncfl import namespaces
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.data.shards import ClientShards, DatasetShards, steps_per_epoch
@@ -48,21 +49,28 @@ class _JobBatches(IterableDataset):
         return steps_per_epoch(self.shards.num_samples(self.client), self.batch_size, self.shards.drop_last)
 
 
-class _StayOnDevice(SingleDeviceStrategy):
-    """The single-device strategy without the teardown's move of the module to the CPU.
+def _as_drawn(batch: Any) -> Any:
+    """The loader's ``collate_fn``: each batch exactly as the client's shard drew it (structure included)."""
+    return batch
+
+
+class _StayOnDevice:
+    """The single-device strategy without the teardown's move of the module to the CPU (a mixin over the
+    ``SingleDeviceStrategy`` of the module's Lightning package, see :func:`_job_classes`).
 
     The engine reuses one module whose weights are views of one flat vector; moving it would break that binding.
     """
 
     def teardown(self) -> None:
-        self.precision_plugin.teardown()
-        assert self.accelerator is not None
-        self.accelerator.teardown()
-        self.checkpoint_io.teardown()
+        self.precision_plugin.teardown()  # type: ignore[attr-defined]
+        assert self.accelerator is not None  # type: ignore[attr-defined]
+        self.accelerator.teardown()  # type: ignore[attr-defined]
+        self.checkpoint_io.teardown()  # type: ignore[attr-defined]
 
 
-class _ClientHooks(L.Callback):
-    """Runs the client callbacks at the matching points of the Trainer's loop and collects the loss statistics."""
+class _ClientHooks:
+    """Runs the client callbacks at the matching points of the Trainer's loop and collects the loss statistics (a
+    mixin over the ``Callback`` of the module's Lightning package, see :func:`_job_classes`)."""
 
     def __init__(self, engine: LightningLocalTrainer, job: ClientJob, start: Tensor, fresh: Any) -> None:
         self.engine, self.job, self.start, self.fresh = engine, job, start, fresh
@@ -93,21 +101,38 @@ class _ClientHooks(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, idx: int
     ) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if loss is None:  # the module skipped this batch
+        if loss is None and pl_module.automatic_optimization:  # the module skipped this batch
             return
-        loss = loss.detach()
-        self.loss_sum = loss.clone() if self.loss_sum is None else self.loss_sum + loss
-        self.steps += 1
+        if isinstance(loss, Tensor):  # (under manual optimization training_step may return nothing)
+            loss = loss.detach()
+            self.loss_sum = loss.clone() if self.loss_sum is None else self.loss_sum + loss
+        self.steps += 1  # a batch the module trained on (manual optimization: however many optimizers it stepped)
         self.last_batch = batch
+
+
+_JOB_CLASSES: dict[str, tuple[type, type]] = {}
+
+
+def _job_classes(package: Any) -> tuple[type, type]:
+    """``(_ClientHooks, _StayOnDevice)`` as a ``Callback`` and a ``SingleDeviceStrategy`` of ``package``
+    (``lightning.pytorch`` or ``pytorch_lightning``): a module is trained by the Trainer of its own package, which
+    accepts only that package's callbacks and strategies."""
+    if package.__name__ not in _JOB_CLASSES:
+        _JOB_CLASSES[package.__name__] = (
+            type("_ClientHooks", (_ClientHooks, package.Callback), {}),
+            type("_StayOnDevice", (_StayOnDevice, package.strategies.SingleDeviceStrategy), {}),
+        )
+    return _JOB_CLASSES[package.__name__]
 
 
 @contextmanager
 def _quiet_lightning() -> Iterator[None]:
     """Silence the Trainer's per-run info lines ("GPU available: ...", "`max_epochs` reached") and the
     data-loader hints that do not apply to resident client shards."""
-    logger = logging.getLogger("lightning.pytorch")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "pytorch_lightning")]  # both namespaces
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
@@ -117,7 +142,8 @@ def _quiet_lightning() -> Iterator[None]:
             warnings.filterwarnings("ignore", message=r".*LeafSpec.*")  # Lightning 2.6's pytree use on torch 2.14
             yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 class LightningLocalTrainer(LocalEngine):
@@ -125,7 +151,7 @@ class LightningLocalTrainer(LocalEngine):
 
     For modules that need the full Trainer: ``self.log``,
     ``self.trainer``, hooks such as ``on_train_epoch_end``, manual optimization (tested against a raw loop). The
-    job is the same as in the ``fast`` engine (:class:`~lit_asyncfl.client.fast_engine.LocalTrainer`): one reused
+    job is the same as in the ``fast`` engine (:class:`~lit_asyncfl.engines.LocalTrainer`): one reused
     module whose weights are loaded with one flat copy, the job's seeds set the same way, and the Trainer is fed
     exactly the ``fast`` engine's batches (a ``DataLoader`` over the client's shard with the job's generator), so
     for the same job both engines give bit-identical weights (tested). Client callbacks (proximal term,
@@ -157,13 +183,14 @@ class LightningLocalTrainer(LocalEngine):
         super().__init__(module, shards, batch_size, callbacks, device, onednn, silence_log=False)  # Trainer logs
         self._entry_points: dict[Any, tuple[Any, ...]] = {}
         self.optimizer: torch.optim.Optimizer | None = None
+        self.package = namespaces.package_of(module)  # lightning.pytorch or pytorch_lightning: its Trainer runs jobs
 
-    def _trainer(self, epochs: int, hooks: L.Callback, max_steps: int | None = None) -> L.Trainer:
+    def _trainer(self, epochs: int, hooks: Any, max_steps: int | None = None) -> L.Trainer:
         accelerator = "gpu" if self.device.type == "cuda" else "cpu"
-        strategy = _StayOnDevice(device=self.device)
+        strategy = _job_classes(self.package)[1](device=self.device)
         steps = -1 if max_steps is None else max_steps  # a job's own number of steps (FedCompass)
         with self._cached_entry_points():
-            return L.Trainer(
+            return self.package.Trainer(
                 accelerator=accelerator, strategy=strategy, max_epochs=epochs, max_steps=steps, callbacks=[hooks],
                 **TRAINER_FLAGS,
             )  # fmt: skip
@@ -171,8 +198,8 @@ class LightningLocalTrainer(LocalEngine):
     @contextmanager
     def _cached_entry_points(self) -> Iterator[None]:
         """Serve Lightning's entry-point lookups (external callback factories) from this engine's cache."""
-        from lightning.fabric.utilities import registry
-
+        fabric = "lightning.fabric" if self.package.__name__ == "lightning.pytorch" else "lightning_fabric"
+        registry = importlib.import_module(f"{fabric}.utilities.registry")
         original = getattr(registry, "entry_points", None)
         if original is None:  # another Lightning version: no cache, nothing to patch
             yield
@@ -202,16 +229,17 @@ class LightningLocalTrainer(LocalEngine):
         loader = DataLoader(
             _JobBatches(self.shards, job.client, self.batch_size, generator),
             batch_size=None,
+            collate_fn=_as_drawn,  # not default_convert, which would turn a tuple batch into a list
             generator=torch.Generator(),
         )
-        hooks = _ClientHooks(self, job, start_weights, fresh)
+        hooks = _job_classes(self.package)[0](self, job, start_weights, fresh)
         self.job_log = job_log = JobLog()
         module = self.module
 
         def log(name: str, value: Any, *args: Any, **kwargs: Any) -> None:  # the job's means, and Lightning's log
             if module._trainer is not None and module.trainer.training:
                 job_log.log(name, value, *args, **kwargs)
-            L.LightningModule.log(module, name, value, *args, **kwargs)
+            self.package.LightningModule.log(module, name, value, *args, **kwargs)
 
         def log_dict(dictionary: Any, *args: Any, **kwargs: Any) -> None:
             for name, value in dict(dictionary).items():

@@ -111,22 +111,22 @@ def build_executor(
     """The executor computing the clients' updates with the chosen engine.
 
     Args:
-        engine: ``"fast"`` (:class:`~lit_asyncfl.client.fast_engine.LocalTrainer`), ``"lightning"``
-            (:class:`~lit_asyncfl.client.lightning_engine.LightningLocalTrainer`) or ``"cohort"``
-            (:class:`~lit_asyncfl.client.cohort.CohortTrainer` behind a
-            :class:`~lit_asyncfl.client.cohort.CohortExecutor`).
+        engine: ``"fast"`` (:class:`~lit_asyncfl.engines.LocalTrainer`), ``"lightning"``
+            (:class:`~lit_asyncfl.engines.LightningLocalTrainer`) or ``"cohort"``
+            (:class:`~lit_asyncfl.engines.CohortTrainer` behind a
+            :class:`~lit_asyncfl.engines.CohortExecutor`).
         module: The user's module (each engine trains a private copy).
         shards: The clients' data.
         batch_size: Local mini-batch size.
         callbacks: Client callbacks.
         device: Training device.
         onednn: oneDNN on or off during local training; ``None`` chooses by
-            :func:`~lit_asyncfl.client.kernels.choose_onednn` (off for small convolutions on the CPU). The engine
+            :func:`~lit_asyncfl.engines.choose_onednn` (off for small convolutions on the CPU). The engine
             applies the choice (``trainer.onednn``) around each job, whatever executor runs it.
         sequential: Builds the executor of the per-client engines from their local trainer (default
-            :class:`~lit_asyncfl.client.sequential.SequentialExecutor`); the cohort engine has its own.
+            :class:`~lit_asyncfl.executors.SequentialExecutor`); the cohort engine has its own.
         compile_cohort: ``torch.compile`` the cohort engine's batched step (only with ``engine="cohort"``).
-        executor: A :class:`~lit_asyncfl.client.ray_executor.RayExecutor` to start (its workers build the engine);
+        executor: A :class:`~lit_asyncfl.executors.RayExecutor` to start (its workers build the engine);
             ``None``: compute in this process.
         num_threads: The run's intra-op threads (what Ray workers use unless their executor sets its own).
     """

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
 import torch
 import torch.utils._pytree as pytree
-from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.workspace import _no_log
 from lit_asyncfl.engines.base import parse_optimizers
 from lit_asyncfl.loops.job_trainer import JobTrainer
+from lit_asyncfl.namespaces import is_overridden
 
 _log = logging.getLogger("lit_asyncfl")
 
@@ -38,10 +40,13 @@ def check_lightning_contract(
 
     - ``configure_callbacks`` returning callbacks: refused (they would run once per client job); the global loop's
       callbacks are :mod:`lit_asyncfl.callbacks`, client-side hooks are client callbacks.
+    - Manual optimization (``automatic_optimization = False``) and several optimizers: refused outside
+      ``engine="lightning"``, naming it (a module with several optimizers needs manual optimization, as in
+      Lightning).
     - ``ReduceLROnPlateau``: refused (it needs a metric per local epoch that no client job computes).
     - Other LR schedulers: announced. Every client job builds a fresh optimizer and schedulers from
       ``configure_optimizers``, so a schedule restarts with each job (it does not decay across the run).
-    - ``configure_optimizers`` reading what :class:`~lit_asyncfl.client.job_trainer.JobTrainer` does not offer,
+    - ``configure_optimizers`` reading what :class:`~lit_asyncfl.loops.JobTrainer` does not offer,
       and overridden hooks of Lightning's training loop (:data:`TRAINING_HOOKS`): refused outside
       ``engine="lightning"``.
     - A data module's batch-transfer hooks: refused (client jobs and the global evaluation call the module's).
@@ -51,8 +56,14 @@ def check_lightning_contract(
         >>> check_lightning_contract(LogisticRegression(input_dim=4), "fast")
     """
     name = type(module).__name__
+    if engine != "lightning" and not module.automatic_optimization:
+        raise ValueError(
+            f"{name} uses manual optimization (automatic_optimization = False), which engine={engine!r} does not run "
+            "(it calls the optimizer itself after training_step returns the loss); use engine='lightning' (a real "
+            "lightning.Trainer per client job runs manual_backward, self.optimizers() and toggle_optimizer)"
+        )
     if engine != "lightning":
-        hooks = [h for h in TRAINING_HOOKS if is_overridden(h, module, L.LightningModule)]
+        hooks = [h for h in TRAINING_HOOKS if is_overridden(h, module)]
         if hooks:
             raise ValueError(
                 f"{name} overrides {hooks}, which engine={engine!r} does not run (it calls training_step, "
@@ -60,7 +71,7 @@ def check_lightning_contract(
                 "per client job)"
             )
     if datamodule is not None:
-        hooks = [h for h in DATAMODULE_BATCH_HOOKS if is_overridden(h, datamodule, L.LightningDataModule)]
+        hooks = [h for h in DATAMODULE_BATCH_HOOKS if is_overridden(h, datamodule)]
         if hooks:
             raise ValueError(
                 f"{type(datamodule).__name__} overrides {hooks}: client jobs and the global evaluation call the "
@@ -91,10 +102,19 @@ def check_lightning_contract(
             raise ValueError(f"{name}.configure_optimizers(): {exc}") from exc
         finally:
             module._trainer = None
+    if engine == "lightning" and not module.automatic_optimization:
+        return  # the job's Trainer reads any configuration a manually optimized module returns
     try:
         _, schedulers = parse_optimizers(config)
-    except (TypeError, ValueError):
-        return  # several optimizers or manual optimization: the engine itself refuses what it cannot run
+    except ValueError as exc:
+        raise ValueError(
+            f"{name}.configure_optimizers(): {exc}; several optimizers need manual optimization "
+            "(automatic_optimization = False, as in Lightning) and engine='lightning'"
+        ) from None
+    except TypeError:
+        if engine == "lightning":
+            return  # the job's Trainer reads it as Lightning does (e.g. None: no optimizer, with its warning)
+        raise
     for scheduler, _ in schedulers:
         if isinstance(scheduler, ReduceLROnPlateau):
             raise ValueError(
@@ -107,9 +127,43 @@ def check_lightning_contract(
         _log.info(
             f"lit_asyncfl: {name}'s LR schedulers {kinds} restart with every client job (each job builds its "
             "optimizer from configure_optimizers): they decay within a job's local epochs, not across the run; for "
-            "a decay across the run by global version add lit_asyncfl.client.LearningRateDecay(decay) to the "
+            "a decay across the run by global version add lit_asyncfl.client_callbacks.LearningRateDecay(decay) to the "
             "algorithm's client_callbacks"
         )
+
+
+#: Client-callback hooks that act on the loss, the gradients, the optimizer or the step count of a job: under
+#: manual optimization the module steps its own optimizers, so none of them has a meaning there.
+TRAINING_CALLBACK_HOOKS = ("on_train_start", "loss_term", "on_after_backward", "request_step", "on_fresh_model")
+
+
+def check_manual_optimization(module: L.LightningModule, callbacks: Sequence[ClientCallback]) -> None:
+    """Refuse at fit start the client callbacks that change a job's training (its loss, gradients, learning rate or
+    model mid-job) for a module with manual optimization: the module calls ``manual_backward`` and steps its own
+    optimizers, so a proximal term, a learning-rate decay or a merge would act on what it did not ask for.
+
+    Example:
+        >>> from lit_asyncfl.client_callbacks import ProximalTerm
+        >>> from lit_asyncfl.models import LogisticRegression
+        >>> module = LogisticRegression(input_dim=4)
+        >>> check_manual_optimization(module, [ProximalTerm(0.1)])  # automatic optimization: nothing to refuse
+        >>> module.automatic_optimization = False
+        >>> check_manual_optimization(module, [ProximalTerm(0.1)])
+        Traceback (most recent call last):
+        ...
+        ValueError: LogisticRegression uses manual optimization, but the algorithm's client callback ProximalTerm ...
+    """
+    if module.automatic_optimization:
+        return
+    for cb in callbacks:
+        hooks = [h for h in TRAINING_CALLBACK_HOOKS if getattr(type(cb), h) is not getattr(ClientCallback, h)]
+        if hooks:
+            raise ValueError(
+                f"{type(module).__name__} uses manual optimization, but the algorithm's client callback "
+                f"{type(cb).__name__} changes each job's training ({', '.join(hooks)}), which a module that steps "
+                "its own optimizers does not receive; use an algorithm without client-side training changes "
+                "(e.g. FedAvg, FedAsync, FedBuff) or automatic optimization"
+            )
 
 
 def check_model_fits_data(module: L.LightningModule, batch: Any, data_name: str) -> None:

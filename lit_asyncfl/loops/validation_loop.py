@@ -12,12 +12,12 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.trainer.connectors.logger_connector.fx_validator import _FxValidator  # where logging is allowed
 from lightning.pytorch.utilities.data import extract_batch_size  # Lightning's own inference of self.log's size
-from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.functional.classification import multiclass_accuracy
 
 from lit_asyncfl.loops.job_trainer import JobTrainer
+from lit_asyncfl.namespaces import is_overridden
 
 #: Stage -> (hook prefix, step method, metric prefix of the logits fallback).
 STAGES = {"val": ("validation", "validation_step"), "test": ("test", "test_step")}
@@ -205,7 +205,7 @@ def run_evaluation(
     ``on_{stage}_epoch_end``, ``on_{stage}_end`` and ``on_{stage}_model_train`` (the previous mode back). With several
     dataloaders the step and batch hooks get ``dataloader_idx``. A module without the step is scored as a classifier
     from its logits (``{stage}_loss`` and ``{stage}_acc``). Without a Trainer attached, ``self.trainer`` is a
-    :class:`~lit_asyncfl.client.job_trainer.JobTrainer` of the stage (``global_step``: the global version).
+    :class:`~lit_asyncfl.loops.JobTrainer` of the stage (``global_step``: the global version).
 
     Returns:
         One dict of the epoch's logged values per dataloader.
@@ -219,7 +219,7 @@ def run_evaluation(
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
     prefix, step_name = STAGES[stage]
-    has_step = is_overridden(step_name, module, L.LightningModule)
+    has_step = is_overridden(step_name, module)
     several = len(dataloaders) > 1
     log = EpochLog(len(dataloaders))
     was_training = module.training
@@ -228,7 +228,7 @@ def run_evaluation(
     if stand_in:  # self.trainer reads what a Trainer validating these weights would say
         module._trainer = JobTrainer("fast", stage="validate" if stage == "val" else "test", global_step=global_step)
     try:
-        if is_overridden(f"on_{prefix}_model_eval", module, L.LightningModule):
+        if is_overridden(f"on_{prefix}_model_eval", module):
             _hook(module, f"on_{prefix}_model_eval", log=log)
         else:
             module.eval()
@@ -258,7 +258,7 @@ def run_evaluation(
         del module.log, module.log_dict
         if stand_in:
             module._trainer = None
-        if is_overridden(f"on_{prefix}_model_train", module, L.LightningModule):
+        if is_overridden(f"on_{prefix}_model_train", module):
             _hook(module, f"on_{prefix}_model_train", log=log)
         else:
             module.train(was_training)

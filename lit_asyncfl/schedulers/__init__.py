@@ -16,8 +16,10 @@ from lit_asyncfl.schedulers.selection import (
     UtilitySelection,
 )
 from lit_asyncfl.schedulers.semi_async import SemiAsyncRounds
+from lit_asyncfl.schedulers.view import SCHEDULER_VIEW, SchedulerView
 
 __all__ = [
+    "SCHEDULER_VIEW",
     "AvailabilityPrioritySelection",
     "BufferedConcurrency",
     "CompassScheduler",
@@ -29,6 +31,7 @@ __all__ = [
     "PeriodicTrigger",
     "RandomSelection",
     "Scheduler",
+    "SchedulerView",
     "Selection",
     "SemiAsyncRounds",
     "SynchronousRounds",

@@ -8,8 +8,8 @@ from lit_asyncfl.checks import check_count_or_fraction, is_int
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.clock import Event
-    from lit_asyncfl.core.simulator import Simulator
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
+    from lit_asyncfl.schedulers.view import SchedulerView
 
 
 def resolve_count(name: str, value: int | float, num_clients: int) -> int:
@@ -32,7 +32,9 @@ class Scheduler:
 
     The simulator calls :meth:`on_fit_start` once, :meth:`on_arrival` before and :meth:`on_update` after the server
     processes each arrival,
-    and :meth:`on_event` for the events the scheduler put on the clock itself (e.g. periodic triggers).
+    and :meth:`on_event` for the events the scheduler put on the clock itself (e.g. periodic triggers). Each hook
+    receives the simulator as a :class:`~lit_asyncfl.schedulers.view.SchedulerView`: a scheduler uses only its
+    members.
     """
 
     #: Whether the scheduler reads the evaluation's ``accuracy`` (the monitored metric) as an accuracy, higher
@@ -42,16 +44,16 @@ class Scheduler:
     def setup(self, num_clients: int) -> None:
         """Validate against the number of clients (raise ``ValueError`` naming the bad value)."""
 
-    def on_fit_start(self, sim: Simulator) -> None:
+    def on_fit_start(self, sim: SchedulerView) -> None:
         """Make the first dispatches or schedule the first trigger."""
 
-    def on_arrival(self, sim: Simulator, update: ClientUpdate) -> None:
+    def on_arrival(self, sim: SchedulerView, update: ClientUpdate) -> None:
         """See an update as the server is about to process it (e.g. to learn a device's training loss)."""
 
-    def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
+    def on_update(self, sim: SchedulerView, job: ClientJob, aggregated: bool) -> None:
         """React to a processed arrival (``aggregated``: whether a new global version was made)."""
 
-    def on_drop(self, sim: Simulator, job: ClientJob, reason: str) -> None:
+    def on_drop(self, sim: SchedulerView, job: ClientJob, reason: str) -> None:
         """React to a job that ended without an update (e.g. its client raised, ``reason="client_error"``).
 
         By default as to an arrival the server did not aggregate (``on_update(sim, job, aggregated=False)``): the
@@ -60,11 +62,11 @@ class Scheduler:
         """
         self.on_update(sim, job, False)
 
-    def on_online(self, sim: Simulator) -> None:
+    def on_online(self, sim: SchedulerView) -> None:
         """Idle devices that were offline when the scheduler last looked for some (``sim.sample_idle`` came back
         short) are coming back online: e.g. refill. Only a scheduler that overrides this hook is woken."""
 
-    def on_event(self, sim: Simulator, event: Event) -> None:
+    def on_event(self, sim: SchedulerView, event: Event) -> None:
         """Handle an event this scheduler scheduled."""
 
     def summary(self) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from lit_asyncfl.checks import check_count_or_fraction, check_int
 from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 
 if TYPE_CHECKING:
-    from lit_asyncfl.core.simulator import Simulator
     from lit_asyncfl.core.update import ClientJob
+    from lit_asyncfl.schedulers.view import SchedulerView
 
 
 class BufferedConcurrency(Scheduler):
@@ -48,7 +48,7 @@ class BufferedConcurrency(Scheduler):
     def setup(self, num_clients: int) -> None:
         self.count = resolve_count("concurrency", self.concurrency, num_clients)
 
-    def on_fit_start(self, sim: Simulator) -> None:
+    def on_fit_start(self, sim: SchedulerView) -> None:
         buffer_size = sim.server.aggregator.buffer_size
         if buffer_size is not None and buffer_size > self.count:
             raise ValueError(f"concurrency={self.concurrency} selects {self.count} clients, fewer than the "
@@ -56,7 +56,7 @@ class BufferedConcurrency(Scheduler):
         self.abandoned = 0
         self._refill(sim)
 
-    def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
+    def on_update(self, sim: SchedulerView, job: ClientJob, aggregated: bool) -> None:
         if aggregated and self.max_staleness is not None:
             start = sim.server.version - 1  # the version the aggregation's updates were weighed against
             stale = sorted(j.job_id for j in sim.in_flight.values() if start - j.base_version > self.max_staleness)
@@ -67,10 +67,10 @@ class BufferedConcurrency(Scheduler):
                     sim.dispatch(client)
         self._refill(sim)
 
-    def on_online(self, sim: Simulator) -> None:
+    def on_online(self, sim: SchedulerView) -> None:
         self._refill(sim)
 
-    def _refill(self, sim: Simulator) -> None:
+    def _refill(self, sim: SchedulerView) -> None:
         selected = sim.num_training + len(sim.server.aggregator.buffer)
         for client in sim.sample_idle(self.count - selected):
             sim.dispatch(client)

@@ -13,8 +13,8 @@ from lit_asyncfl.schedulers.base import Scheduler
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.clock import Event
-    from lit_asyncfl.core.simulator import Simulator
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
+    from lit_asyncfl.schedulers.view import SchedulerView
     from lit_asyncfl.server.grouped import GroupedDeltaStep
 
 #: Key of the late updates waiting for the next group aggregation (APPFL's "general buffer").
@@ -81,7 +81,7 @@ class CompassScheduler(Scheduler):
         self.routes: dict[int, str] = {}  # job id -> where its update went (set on arrival, read on update)
 
     # -- set-up -------------------------------------------------------------------------------------------------
-    def on_fit_start(self, sim: Simulator) -> None:
+    def on_fit_start(self, sim: SchedulerView) -> None:
         from lit_asyncfl.server.grouped import GroupedDeltaStep
 
         if not isinstance(sim.server.aggregator, GroupedDeltaStep):
@@ -102,15 +102,15 @@ class CompassScheduler(Scheduler):
         if self.owed:
             sim.wake_when_online()
 
-    def _aggregator(self, sim: Simulator) -> GroupedDeltaStep:
+    def _aggregator(self, sim: SchedulerView) -> GroupedDeltaStep:
         return sim.server.aggregator  # type: ignore[return-value]
 
-    def _dispatch(self, sim: Simulator, client: int, steps: int) -> None:
+    def _dispatch(self, sim: SchedulerView, client: int, steps: int) -> None:
         self.steps[client] = steps
         sim.dispatch(client, local_steps=steps)
 
     # -- arrivals -----------------------------------------------------------------------------------------------
-    def on_arrival(self, sim: Simulator, update: ClientUpdate) -> None:
+    def on_arrival(self, sim: SchedulerView, update: ClientUpdate) -> None:
         client, job = update.client, update.job
         elapsed = sim.now - job.dispatch_time
         self.speed[client] = speed_estimate(self.speed.get(client), elapsed, job.num_steps, self.speed_momentum)
@@ -129,7 +129,7 @@ class CompassScheduler(Scheduler):
         self.routes[job.job_id] = key
         self._aggregator(sim).route(job.job_id, key)
 
-    def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
+    def on_update(self, sim: SchedulerView, job: ClientJob, aggregated: bool) -> None:
         key = self.routes.pop(job.job_id)
         self._aggregator(sim).forget(job.job_id)  # a rejected update was never held
         if key == SINGLE:
@@ -143,12 +143,12 @@ class CompassScheduler(Scheduler):
             if not self.groups[gid]["clients"]:  # the last member: aggregate the group now
                 self._aggregate_group(sim, gid)
 
-    def on_event(self, sim: Simulator, event: Event) -> None:
+    def on_event(self, sim: SchedulerView, event: Event) -> None:
         gid = int(event.data["group"])
         if event.kind == "group_latest" and gid in self.groups and self.groups[gid]["arrived"]:
             self._aggregate_group(sim, gid)
 
-    def on_drop(self, sim: Simulator, job: ClientJob, reason: str) -> None:
+    def on_drop(self, sim: SchedulerView, job: ClientJob, reason: str) -> None:
         client = job.client
         gid = self.group_of.pop(client, None)
         if gid is not None:
@@ -160,7 +160,7 @@ class CompassScheduler(Scheduler):
                 self._close_if_empty(gid)
         self._restart(sim, client)
 
-    def on_online(self, sim: Simulator) -> None:
+    def on_online(self, sim: SchedulerView) -> None:
         online = set(sim.idle_online().tolist())
         for client in sorted(self.owed & online):
             self.owed.discard(client)
@@ -169,7 +169,7 @@ class CompassScheduler(Scheduler):
             sim.wake_when_online()
 
     # -- groups -------------------------------------------------------------------------------------------------
-    def _aggregate_group(self, sim: Simulator, gid: int) -> None:
+    def _aggregate_group(self, sim: SchedulerView, gid: int) -> None:
         self._aggregator(sim).release(GENERAL, str(gid), server=sim.server)
         sim.flush()
         group = self.groups[gid]
@@ -184,7 +184,7 @@ class CompassScheduler(Scheduler):
         if not group["clients"] and not group["arrived"]:
             del self.groups[gid]
 
-    def _restart(self, sim: Simulator, client: int) -> None:
+    def _restart(self, sim: SchedulerView, client: int) -> None:
         """Give ``client`` a group and a number of steps and send it the current model (later when offline)."""
         if not sim.availability.is_online(client, sim.now):
             self.owed.add(client)
@@ -202,7 +202,7 @@ class CompassScheduler(Scheduler):
             self.group_of[client] = gid
         self._dispatch(sim, client, steps)
 
-    def _join(self, sim: Simulator, speed: float) -> tuple[int, int | None]:
+    def _join(self, sim: SchedulerView, speed: float) -> tuple[int, int | None]:
         best, chosen = -1, None
         for gid in sorted(self.groups):
             steps = join_steps(self.groups[gid]["expected"] - sim.now, speed, self.q_min, self.q_max)
@@ -210,7 +210,7 @@ class CompassScheduler(Scheduler):
                 best, chosen = steps, gid
         return best, chosen
 
-    def _new_group(self, sim: Simulator, client: int, speed: float) -> int:
+    def _new_group(self, sim: SchedulerView, client: int, speed: float) -> int:
         open_groups = [
             (group["latest"], min(self.speed[c] for c in [*group["clients"], *group["arrived"]]))
             for _, group in sorted(self.groups.items())

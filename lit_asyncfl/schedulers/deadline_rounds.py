@@ -13,8 +13,8 @@ from lit_asyncfl.schedulers.selection import Selection
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.clock import Event
-    from lit_asyncfl.core.simulator import Simulator
     from lit_asyncfl.core.update import ClientJob
+    from lit_asyncfl.schedulers.view import SchedulerView
 
 
 class AvailabilityPrioritySelection(Selection):
@@ -96,7 +96,7 @@ class DeadlineRounds(Scheduler):
     def setup(self, num_clients: int) -> None:
         self.count = resolve_count("clients_per_round", self.clients_per_round, num_clients)
 
-    def on_fit_start(self, sim: Simulator) -> None:
+    def on_fit_start(self, sim: SchedulerView) -> None:
         if sim.server.aggregator.buffer_size is not None:
             raise ValueError(
                 "DeadlineRounds aggregates when a round ends and needs a flush-only aggregator (buffer_size=None), "
@@ -109,7 +109,7 @@ class DeadlineRounds(Scheduler):
             self.predictor.reset(sim.num_clients)
         self._start_round(sim)
 
-    def _start_round(self, sim: Simulator) -> None:
+    def _start_round(self, sim: SchedulerView) -> None:
         self.round += 1
         online = sim.availability.online(sim.now)
         if self.predictor is not None:
@@ -127,7 +127,7 @@ class DeadlineRounds(Scheduler):
             sim.dispatch(int(client))
         sim.schedule(sim.now + self.deadline, "round_end", round=self.round)
 
-    def on_event(self, sim: Simulator, event: Event) -> None:
+    def on_event(self, sim: SchedulerView, event: Event) -> None:
         if event.kind != "round_end" or event.data.get("round") != self.round:
             return
         server = sim.server
@@ -135,7 +135,7 @@ class DeadlineRounds(Scheduler):
             sim.flush()
         self._start_round(sim)
 
-    def on_drop(self, sim: Simulator, job: ClientJob, reason: str) -> None:
+    def on_drop(self, sim: SchedulerView, job: ClientJob, reason: str) -> None:
         if self.predictor is not None and reason == "offline":
             self.predictor.observe_offline(job.client, sim.now)
 

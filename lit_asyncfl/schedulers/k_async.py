@@ -10,8 +10,8 @@ from lit_asyncfl.checks import check_count_or_fraction
 from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 
 if TYPE_CHECKING:
-    from lit_asyncfl.core.simulator import Simulator
     from lit_asyncfl.core.update import ClientJob
+    from lit_asyncfl.schedulers.view import SchedulerView
 
 
 class KAsync(Scheduler):
@@ -40,19 +40,19 @@ class KAsync(Scheduler):
     def setup(self, num_clients: int) -> None:
         self.count = resolve_count("k", self.k, num_clients)
 
-    def on_fit_start(self, sim: Simulator) -> None:
+    def on_fit_start(self, sim: SchedulerView) -> None:
         self._restart(sim)
 
-    def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
+    def on_update(self, sim: SchedulerView, job: ClientJob, aggregated: bool) -> None:
         if aggregated or sim.num_training == 0:  # nobody left training: restart the waiting ones
             self._restart(sim)
 
-    def _restart(self, sim: Simulator) -> None:
+    def _restart(self, sim: SchedulerView) -> None:
         for client in sim.sample_idle(sim.num_clients):
             sim.dispatch(client)
         self.owed = {int(c) for c in np.flatnonzero(~sim.busy)}  # idle still: offline now
 
-    def on_online(self, sim: Simulator) -> None:
+    def on_online(self, sim: SchedulerView) -> None:
         for client in sorted(self.owed.intersection(sim.idle_online().tolist())):
             sim.dispatch(client)
             self.owed.discard(client)

@@ -8,8 +8,8 @@ from lit_asyncfl.checks import check_count_or_fraction
 from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 
 if TYPE_CHECKING:
-    from lit_asyncfl.core.simulator import Simulator
     from lit_asyncfl.core.update import ClientJob
+    from lit_asyncfl.schedulers.view import SchedulerView
 
 
 class KeepConcurrency(Scheduler):
@@ -37,16 +37,16 @@ class KeepConcurrency(Scheduler):
     def setup(self, num_clients: int) -> None:
         self.count = resolve_count("concurrency", self.concurrency, num_clients)
 
-    def on_fit_start(self, sim: Simulator) -> None:
+    def on_fit_start(self, sim: SchedulerView) -> None:
         for client in sim.sample_idle(self.count):
             sim.dispatch(client)
 
-    def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
+    def on_update(self, sim: SchedulerView, job: ClientJob, aggregated: bool) -> None:
         self._refill(sim)
 
-    def on_online(self, sim: Simulator) -> None:
+    def on_online(self, sim: SchedulerView) -> None:
         self._refill(sim)
 
-    def _refill(self, sim: Simulator) -> None:
+    def _refill(self, sim: SchedulerView) -> None:
         for client in sim.sample_idle(self.count - sim.num_training):
             sim.dispatch(client)

@@ -9,7 +9,7 @@ from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.clock import Event
-    from lit_asyncfl.core.simulator import Simulator
+    from lit_asyncfl.schedulers.view import SchedulerView
 
 
 class PeriodicTrigger(Scheduler):
@@ -43,10 +43,10 @@ class PeriodicTrigger(Scheduler):
         self.per_trigger = resolve_count("clients_per_trigger", self.clients_per_trigger, num_clients)
         self.limit = resolve_count("max_parallel", self.max_parallel, num_clients)
 
-    def on_fit_start(self, sim: Simulator) -> None:
+    def on_fit_start(self, sim: SchedulerView) -> None:
         sim.schedule(sim.now, "trigger")
 
-    def on_event(self, sim: Simulator, event: Event) -> None:
+    def on_event(self, sim: SchedulerView, event: Event) -> None:
         room = min(self.per_trigger, self.limit - sim.num_training)
         for client in sim.sample_idle(room):
             sim.dispatch(client)

@@ -9,8 +9,8 @@ from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.clock import Event
-    from lit_asyncfl.core.simulator import Simulator
     from lit_asyncfl.core.update import ClientJob
+    from lit_asyncfl.schedulers.view import SchedulerView
 
 
 class SynchronousRounds(Scheduler):
@@ -47,11 +47,11 @@ class SynchronousRounds(Scheduler):
     def setup(self, num_clients: int) -> None:
         self.count = resolve_count("clients_per_round", self.clients_per_round, num_clients)
 
-    def on_fit_start(self, sim: Simulator) -> None:
+    def on_fit_start(self, sim: SchedulerView) -> None:
         self.waiting, self.round = set(), 0
         self._start_round(sim)
 
-    def _start_round(self, sim: Simulator) -> None:
+    def _start_round(self, sim: SchedulerView) -> None:
         clients = sim.sample_idle(self.count)
         if len(clients) == 0:  # nobody online: on_online starts the round
             return
@@ -62,17 +62,17 @@ class SynchronousRounds(Scheduler):
         if self.deadline is not None:
             sim.schedule(sim.now + self.deadline, "round_deadline", round=self.round)
 
-    def on_online(self, sim: Simulator) -> None:
+    def on_online(self, sim: SchedulerView) -> None:
         if not self.waiting:
             self._start_round(sim)
 
-    def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
+    def on_update(self, sim: SchedulerView, job: ClientJob, aggregated: bool) -> None:
         self.waiting.discard(job.client)
         if not self.waiting:
             sim.flush()
             self._start_round(sim)
 
-    def on_event(self, sim: Simulator, event: Event) -> None:
+    def on_event(self, sim: SchedulerView, event: Event) -> None:
         if event.kind == "round_deadline" and event.data.get("round") == self.round:
             late = sorted(job.job_id for job in sim.in_flight.values() if job.client in self.waiting)
             for job_id in late:  # the last drop closes the round

@@ -48,8 +48,8 @@ from lit_asyncfl.schedulers.selection import Selection, UtilitySelection
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.clock import Event
-    from lit_asyncfl.core.simulator import Simulator
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
+    from lit_asyncfl.schedulers.view import SchedulerView
 
 
 #: What a controller may learn from (see ``SemiAsyncRounds(reward=...)``).
@@ -149,7 +149,7 @@ class SemiAsyncRounds(Scheduler):
         self.rng = np.random.default_rng(0)
         self.deferred: tuple[list[float], float] | None = None  # (state, since): a round waiting for a device
 
-    def on_fit_start(self, sim: Simulator) -> None:
+    def on_fit_start(self, sim: SchedulerView) -> None:
         if not isinstance(sim.device_model, MobileEdgeDevices):
             raise ValueError(
                 f"SemiAsyncRounds needs device_model=MobileEdgeDevices(...), got {type(sim.device_model).__name__}"
@@ -162,7 +162,7 @@ class SemiAsyncRounds(Scheduler):
         self._start_round(sim, self._state(sim))
 
     # -- the round --------------------------------------------------------------------------------------------------
-    def _state(self, sim: Simulator) -> list[float]:
+    def _state(self, sim: SchedulerView) -> list[float]:
         """The state :math:`s^k` at the start of round ``k = self.round + 1`` (evaluates the current model)."""
         metrics = sim.evaluate()
         self.accuracy = float(metrics["accuracy"])
@@ -181,12 +181,12 @@ class SemiAsyncRounds(Scheduler):
         ]
 
     @staticmethod
-    def _latencies(sim: Simulator, bandwidth: np.ndarray, size: float) -> tuple[np.ndarray, np.ndarray]:
+    def _latencies(sim: SchedulerView, bandwidth: np.ndarray, size: float) -> tuple[np.ndarray, np.ndarray]:
         """Each device's computation and upload latency this round (:math:`T^{cmp}_i`, :math:`T^U_i`)."""
         compute = sim.profiles.time_per_sample * sim.num_samples * sim.local_epochs
         return compute, np.array([upload_latency(size, float(b)) for b in bandwidth])
 
-    def _start_round(self, sim: Simulator, state: list[float], since: float | None = None) -> None:
+    def _start_round(self, sim: SchedulerView, state: list[float], since: float | None = None) -> None:
         online = sim.availability.online(sim.now)
         syn = [c for c in self.deprecated if online[c]]  # a deprecated device that is offline does not restart
         held = [update.client for _, update in sim.waiting.values()]  # arrived, counted in the coming round
@@ -227,20 +227,20 @@ class SemiAsyncRounds(Scheduler):
             sim.schedule(self.open_time, "round_end", round=self.round)
         sim.release_arrivals()  # the held arrivals of the last round are this round's
 
-    def on_update(self, sim: Simulator, job: ClientJob, aggregated: bool) -> None:
+    def on_update(self, sim: SchedulerView, job: ClientJob, aggregated: bool) -> None:
         self._answered(sim, job, arrived=True)
 
-    def on_online(self, sim: Simulator) -> None:
+    def on_online(self, sim: SchedulerView) -> None:
         if self.deferred is not None and not self.finished:
             (state, since), self.deferred = self.deferred, None
             self._start_round(sim, state, since)
 
-    def on_drop(self, sim: Simulator, job: ClientJob, reason: str) -> None:
+    def on_drop(self, sim: SchedulerView, job: ClientJob, reason: str) -> None:
         """A dropped member counts towards the round's quota without an update: the round closes with the
         updates that did arrive, rather than waiting for one that never will."""
         self._answered(sim, job, arrived=False)
 
-    def _answered(self, sim: Simulator, job: ClientJob, arrived: bool) -> None:
+    def _answered(self, sim: SchedulerView, job: ClientJob, arrived: bool) -> None:
         if self.finished:
             return
         cached = arrived and self.deadline and job.arrival_time <= self.round_start  # SAFA: came last round
@@ -260,14 +260,14 @@ class SemiAsyncRounds(Scheduler):
         if not self.deadline:
             sim.schedule(self.open_time, "round_end", round=self.round)
 
-    def on_event(self, sim: Simulator, event: Event) -> None:
+    def on_event(self, sim: SchedulerView, event: Event) -> None:
         if event.kind == "round_end" and event.data.get("round") == self.round and not self.finished:
             self._end_round(sim)
 
-    def on_arrival(self, sim: Simulator, update: ClientUpdate) -> None:
+    def on_arrival(self, sim: SchedulerView, update: ClientUpdate) -> None:
         self.selection.observe(update.client, update.num_samples, update.train_loss)
 
-    def _end_round(self, sim: Simulator) -> None:
+    def _end_round(self, sim: SchedulerView) -> None:
         latency = sim.now - self.round_start
         picked, tau = self.action
         sim.flush()

@@ -14,6 +14,7 @@ from lit_asyncfl.server.grouped import GroupedDeltaStep
 from lit_asyncfl.server.history_weights import HistoryAwareWeight
 from lit_asyncfl.server.norm_amplification import NormAmplification
 from lit_asyncfl.server.norm_bound import UpdateNormBound
+from lit_asyncfl.server.privacy import DeltaClipping, GaussianAggregateNoise
 from lit_asyncfl.server.similarity_weight import SimilarityStalenessWeight
 from lit_asyncfl.server.sliding_window import SlidingWindowAverage
 from lit_asyncfl.server.stale_aware import StaleAwareAverage
@@ -31,9 +32,11 @@ __all__ = [
     "DataFractionWeight",
     "DataSizeWeight",
     "DeltaAverage",
+    "DeltaClipping",
     "DistillationCorrection",
     "DynamicCorrection",
     "DynamicStalenessWeight",
+    "GaussianAggregateNoise",
     "GradientHistory",
     "GradientStability",
     "GroupedDeltaStep",

@@ -65,6 +65,11 @@ class ServerCallback:
         """Called after the global model moved to a new version built from ``updates``
         (``server.previous_weights`` holds the model before)."""
 
+    def metrics(self, server: Server) -> dict[str, Any]:
+        """Values this callback adds to every evaluation row (hence the loggers) and to the run summary, e.g. the
+        privacy spent (``dp_epsilon``); keys must not clash with the row's own."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """Checkpointable state (plain Python values and tensors)."""
         return {}

@@ -31,7 +31,8 @@ class DynamicCorrection(ServerCallback):
     reads ``model.parameters()``. Memory: one model-sized vector.
 
     Args:
-        alpha: :math:`\alpha > 0` (the clients' :class:`~lit_asyncfl.client.DynamicRegularizer` must use the same).
+        alpha: :math:`\alpha > 0` (the clients' :class:`~lit_asyncfl.client_callbacks.DynamicRegularizer` must use the
+            same).
 
     Example:
         >>> DynamicCorrection(alpha=0.01).alpha

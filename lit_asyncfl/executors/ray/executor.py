@@ -70,7 +70,7 @@ class RayExecutor(_Placement):
     What stays in the simulation's process: jobs that talk to the server mid-training (FedASMU's fresh-model
     request: the job is computed at its request event, where the fresh model exists, exactly as sequentially), and
     jobs of runs whose client callbacks keep state across jobs (a callback declares
-    :attr:`~lit_asyncfl.client.callbacks.ClientCallback.runs_on_workers`); such jobs are counted in
+    :attr:`~lit_asyncfl.client_callbacks.ClientCallback.runs_on_workers`); such jobs are counted in
     :attr:`stats` under ``jobs_local``.
 
     Determinism: on CPU with the ``fast`` or ``lightning`` engine the final weights equal the sequential executor's

@@ -1,0 +1,87 @@
+"""Local client-level differential privacy: each client clips and noises its own delta before upload."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lit_asyncfl.checks import check_number
+from lit_asyncfl.client_callbacks.base import ClientCallback
+from lit_asyncfl.core.seeding import derive_seed
+from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon
+
+if TYPE_CHECKING:
+    from lit_asyncfl.core.update import ClientJob, ClientUpdate
+    from lit_asyncfl.engines.fast import LocalTrainer
+
+#: Stream id of the local noise in :func:`~lit_asyncfl.core.seeding.derive_seed`.
+LOCAL_NOISE_STREAM = 0xD9_0002
+
+
+class LocalGaussianNoise(ClientCallback):
+    r"""Local DP: the client uploads :math:`w_{o} + \bar\Delta + \mathcal{N}(0, z^2 C^2 I)`, its delta clipped to
+    L2 norm :math:`C` (:math:`\bar\Delta = \Delta \min(1, C / \lVert\Delta\rVert_2)`) plus Gaussian noise it draws
+    itself, so that not even the server sees an un-noised update (the local variant of DP-FedAvg's mechanism).
+
+    **Accounting.** Any two data sets of one client give clipped deltas at most :math:`2C` apart, so each upload is
+    a Gaussian mechanism of noise multiplier :math:`z / 2` relative to its sensitivity, without subsampling
+    amplification (the client knows it took part). A client's :math:`\varepsilon` at ``delta`` composes its uploads
+    with Opacus's RDP accountant; ``dp_local_epsilon`` (rows, loggers, summary) is that of the client that uploaded
+    most (``dp_max_uploads``). A job is counted when its training ends, even if its update is later lost on the way:
+    the count can only overstate what was released.
+
+    The noise of a job is drawn from a generator seeded by the job's seed (the run seed, the client and the job id),
+    never the global RNG. Put it last among the client callbacks, so that nothing changes the update after it.
+
+    Args:
+        clip_norm: The clipping bound :math:`C > 0`.
+        noise_multiplier: :math:`z \ge 0` (``0``: clipping only, :math:`\varepsilon = \infty`).
+        delta: The :math:`\delta \in (0, 1)` at which :math:`\varepsilon` is reported.
+
+    Example:
+        >>> LocalGaussianNoise(clip_norm=1.0, noise_multiplier=2.0).uploads
+        {}
+    """
+
+    def __init__(self, clip_norm: float, noise_multiplier: float, delta: float = 1e-5) -> None:
+        check_number("clip_norm", clip_norm, 0, open_min=True)
+        check_number("noise_multiplier", noise_multiplier, 0)
+        check_number("delta", delta, 0, 1, open_min=True, open_max=True)
+        self.clip_norm, self.noise_multiplier, self.delta = float(clip_norm), float(noise_multiplier), float(delta)
+        #: Uploads per client (the accountant's history).
+        self.uploads: dict[int, int] = {}
+
+    def on_fit_start(self, num_clients: int) -> None:
+        self.uploads = {}
+
+    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
+        delta, norm = clip_delta(update.weights - update.base_weights, self.clip_norm)
+        update.info["dp_delta_norm"] = norm
+        noise_std = self.noise_multiplier * self.clip_norm
+        if noise_std > 0:
+            delta = delta + gaussian_noise(delta, noise_std, derive_seed(job.seed, LOCAL_NOISE_STREAM))
+        update.weights = update.base_weights + delta
+        self.uploads[job.client] = self.uploads.get(job.client, 0) + 1
+
+    @property
+    def epsilon(self) -> float:
+        """The :math:`\\varepsilon` at :attr:`delta` of the client that uploaded most."""
+        most = max(self.uploads.values(), default=0)
+        if most == 0:
+            return 0.0
+        if self.noise_multiplier == 0:
+            return float("inf")
+        return rdp_epsilon([(self.noise_multiplier / 2, 1.0, most)], self.delta)
+
+    def metrics(self) -> dict[str, Any]:
+        """``dp_local_epsilon``, ``dp_delta`` and ``dp_max_uploads`` for the rows, loggers and summary."""
+        return {
+            "dp_local_epsilon": self.epsilon,
+            "dp_delta": self.delta,
+            "dp_max_uploads": max(self.uploads.values(), default=0),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"uploads": [[c, n] for c, n in self.uploads.items()]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.uploads = {int(c): int(n) for c, n in state["uploads"]}
