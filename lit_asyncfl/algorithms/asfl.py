@@ -32,8 +32,8 @@ class ASFL(SemiAsyncAlgorithm):
     * **The per-round reward favours fast rounds.** Eq. 8 pays :math:`(T_{lim}/T)^\alpha` every round, and
       :math:`T_{lim}` grows as the budget goes unspent, so the policy trained on it picks ``M = 2`` in about half
       of the rounds and gives up accuracy the final objective values more; ``reward="objective_gain"`` (the
-      per-round change of the objective, summing to the run's objective) gives a policy as good as the best
-      fixed action, not better.
+      per-round change of the objective, summing to the run's objective) gives a better policy (objective 0.91
+      against 0.84), still below the best fixed action (0.94).
 
     Args:
         controller: ``(M_k, tau_k)`` chooser (default: ``SACController(policy=policy)``).
