@@ -139,6 +139,49 @@ class ExponentialCapability(DeviceModel):
         )
 
 
+class Stragglers(DeviceModel):
+    r"""Heavy-tailed device speeds with a share of stragglers (the cross-device setting of the asynchronous papers).
+
+    Each client's slowness is :math:`u_i = e^{\sigma z_i}` with :math:`z_i \sim N(0, 1)` (log-normal around the
+    median device, 1), and a randomly chosen ``round(fraction * num_clients)`` of the clients are ``factor`` times
+    slower again: with the defaults, 10% of the devices are about 10x slower than the median. Compute time per sample
+    is multiplied and bandwidth divided by :math:`u_i`, as in :class:`UniformRatio`.
+
+    Args:
+        fraction: Share of the clients that are stragglers (0 <= fraction < 1).
+        factor: How many times slower a straggler is than it would otherwise be (>= 1).
+        sigma: Spread of the log-normal slowness of every device (0: all non-stragglers equal).
+        time_per_sample: Virtual seconds per sample of the median device.
+        bandwidth: Bytes per virtual second of the median device.
+
+    Example:
+        >>> p = Stragglers().sample_profiles(200, np.random.default_rng(0))
+        >>> ratio = p.time_per_sample / np.median(p.time_per_sample)
+        >>> int((ratio > 4).sum()), round(float(np.median(ratio[ratio > 4])))
+        (19, 10)
+    """
+
+    def __init__(
+        self,
+        fraction: float = 0.1,
+        factor: float = 10.0,
+        sigma: float = 0.5,
+        time_per_sample: float = 1.0,
+        bandwidth: float = 1e5,
+    ) -> None:
+        check_number("fraction", fraction, 0, 1, open_max=True)
+        check_number("factor", factor, 1, unit=" (straggler / ordinary device)")
+        check_number("sigma", sigma, 0)
+        super().__init__(time_per_sample, bandwidth)
+        self.fraction, self.factor, self.sigma = fraction, factor, sigma
+
+    def slowness(self, num_clients: int, rng: np.random.Generator) -> np.ndarray:
+        slow = np.exp(self.sigma * rng.standard_normal(num_clients))
+        stragglers = rng.choice(num_clients, size=round(self.fraction * num_clients), replace=False)
+        slow[stragglers] *= self.factor
+        return slow
+
+
 class UniformResponse(DeviceModel):
     """Each job's compute time drawn afresh from ``U(low, high)`` virtual seconds (FedADT: ``U(0, 5000)``).
 

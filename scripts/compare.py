@@ -17,6 +17,13 @@ table the documentation shows).
     # a comparison spec (methods with their own arguments, the setting, the offline substitute)
     python scripts/compare.py --spec configs/compare/fedhist_table1.yaml --out compare/fedhist
 
+Fair tuning (``--grid KEY=V1,V2 ...``, as the papers tune): every method gets the same grid of CLI settings, e.g.
+``--grid model.init_args.lr=0.02,0.05,0.1 trainer.algorithm.init_args.server_lr=0.5,1``; a
+``trainer.algorithm.init_args.*`` key applies only to the methods whose preset takes that argument. Each grid point
+runs on ``--tune-seeds`` (default 100: seeds the table does not report; runs under ``runs/<method>/tune/``), and
+each method is reported at the point with the highest mean test accuracy over the last quarter of its runs' virtual
+time (the mean over the tuning seeds). The grid, the criterion and the chosen points head the table.
+
 A spec is YAML with ``base`` (a config), ``methods`` (name -> list of CLI arguments, e.g.
 ``["--trainer.algorithm=FedBuff", "--trainer.algorithm.init_args.buffer_size=10"]``, or ``{config: path, args:
 [...]}``), and optionally ``seeds``, ``target``, ``baseline``, ``set`` (arguments for every run), ``title`` and
@@ -89,6 +96,85 @@ def load_plan(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def algorithm_of(config: str, arguments: list[str]) -> str | None:
+    """The preset a method runs: the last ``--trainer.algorithm=`` argument, else its config's (``None``: not
+    found)."""
+    for arg in reversed(arguments):
+        for key in ("--trainer.algorithm=", "--trainer.algorithm.class_path="):
+            if arg.startswith(key):
+                return arg[len(key) :].rsplit(".", 1)[-1]
+    algorithm = ((yaml.safe_load(Path(config).read_text()) or {}).get("trainer") or {}).get("algorithm")
+    if isinstance(algorithm, dict):
+        algorithm = algorithm.get("class_path")
+    return algorithm.rsplit(".", 1)[-1] if isinstance(algorithm, str) else None
+
+
+def preset_accepts(preset: str, key: str) -> bool:
+    """Whether ``preset`` takes the argument ``key`` (its own ``__init__`` or a parent's, for the ablation presets
+    that forward ``**kwargs``).
+
+    Example:
+        >>> preset_accepts("FedBuff", "server_lr"), preset_accepts("FedAsync", "server_lr")
+        (True, False)
+        >>> preset_accepts("FedASMU_DA", "tau_max")
+        True
+    """
+    import inspect
+
+    from lit_asyncfl.algorithms import PRESETS
+
+    cls = PRESETS.get(preset.lower().replace("_", "-")) or PRESETS.get(preset.lower())
+    if cls is None:
+        raise SystemExit(f"unknown preset {preset!r}; known: {sorted(PRESETS)}")
+    for klass in cls.__mro__:
+        params = inspect.signature(klass.__init__).parameters if "__init__" in vars(klass) else {}
+        if key in params:
+            return True
+        if params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return False
+    return False
+
+
+def parse_grid(items: list[str]) -> dict[str, list[str]]:
+    """``["model.init_args.lr=0.02,0.05"]`` -> ``{"model.init_args.lr": ["0.02", "0.05"]}``."""
+    grid = {}
+    for item in items:
+        key, _, values = item.removeprefix("--").partition("=")
+        if not values:
+            raise SystemExit(f"--grid {item!r}: expected KEY=V1,V2,... (e.g. model.init_args.lr=0.02,0.05,0.1)")
+        grid[key] = values.split(",")
+    return grid
+
+
+def grid_points(config: str, arguments: list[str], grid: dict[str, list[str]]) -> list[dict[str, str]]:
+    """The grid points a method takes: algorithm arguments only where its preset has them."""
+    prefix = "trainer.algorithm.init_args."
+    preset = algorithm_of(config, arguments) if any(k.startswith(prefix) for k in grid) else None
+    keys = [k for k in grid if not k.startswith(prefix) or (preset and preset_accepts(preset, k[len(prefix) :]))]
+    import itertools
+
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def point_label(point: dict[str, str]) -> str:
+    """A grid point as a short name: ``lr=0.05,server_lr=1`` (the last part of each key)."""
+    return ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in point.items()) or "default"
+
+
+def late_accuracy(history: list[dict[str, Any]]) -> float | None:
+    """Mean accuracy over the last quarter of a run's virtual time (the tuning criterion).
+
+    Example:
+        >>> late_accuracy([{"virtual_time": t, "accuracy": a} for t, a in [(0, 0.1), (50, 0.5), (80, 0.7), (100, 0.9)]])
+        0.8
+    """
+    rows = [r for r in history if r.get("accuracy") is not None]
+    if not rows:
+        return None
+    end = rows[-1]["virtual_time"]
+    return statistics.mean(r["accuracy"] for r in rows if r["virtual_time"] >= 0.75 * end)
+
+
 def run_arguments(config: str, arguments: list[str], seed: int, target: float | None) -> list[str]:
     """The CLI arguments of one run (stored with its result, so a resumed comparison can check its settings)."""
     argv = ["--config", str(config), *arguments, f"--trainer.seed={seed}", *QUIET]
@@ -134,6 +220,7 @@ def aggregate(results: dict[str, list[dict]], baseline: str | None) -> list[dict
             {
                 "method": method,
                 "seeds": len(runs),
+                "final_by_seed": {r.get("seed", i): r["summary"]["final_accuracy"] for i, r in enumerate(runs)},
                 "final_accuracy": [s["final_accuracy"] for s in summaries if s["final_accuracy"] is not None],
                 "best_accuracy": [s["best_accuracy"] for s in summaries if s["best_accuracy"] is not None],
                 "time_to_target": times,
@@ -171,6 +258,13 @@ def markdown(rows: list[dict[str, Any]], plan: dict[str, Any]) -> str:
         f"Offline substitute: {plan['substitute']}" if plan["substitute"] else "",
     ]
     lines = [h for h in head if h]
+    if plan.get("grid"):
+        chosen = "; ".join(f"{m}: {p}" for m, p in plan["chosen"].items())
+        lines.append(
+            f"Tuning grid {plan['grid']} (algorithm arguments only for the presets that take them), each point on "
+            f"seed(s) {plan['tune_seeds']}, not reported; each method at the point with the highest mean test "
+            f"accuracy over the last quarter of its runs' virtual time: {chosen}."
+        )
     lines += [
         f"Seeds {plan['seeds']}; mean ± std over seeds; time and versions to {target:g} accuracy over the seeds "
         "that reached it (\"/\": none did); speed-up = baseline's mean time to target / the method's, only when "
@@ -187,6 +281,28 @@ def markdown(rows: list[dict[str, Any]], plan: dict[str, Any]) -> str:
             f"{mean_std(r['time_to_target'], 0)} | {mean_std(r['versions_to_target'], 0)} | "
             f"{r['reached']}/{r['seeds']} | {speedup} |"
         )
+    base = next((r for r in rows if r["method"] == plan["baseline"]), None)
+    if base is not None and len(rows) > 1:
+        lines += [
+            "",
+            f"Against {plan['baseline']}, paired by seed: final-accuracy wins, the mean difference of final accuracy "
+            "± its std over seeds, and the effect size d = mean difference / std of the differences (paired Cohen's "
+            "d; with 3 seeds a rough guide).",
+            "",
+            f"| method | wins vs {plan['baseline']} | Δ final accuracy | d |",
+            "| --- | --- | --- | --- |",
+        ]
+        for r in rows:
+            seeds = sorted(s for s in set(r["final_by_seed"]) & set(base["final_by_seed"])
+                           if r["final_by_seed"][s] is not None and base["final_by_seed"][s] is not None)  # fmt: skip
+            if r is base or not seeds:
+                continue
+            diffs = [round(r["final_by_seed"][s] - base["final_by_seed"][s], 6) for s in seeds]  # no float-noise spread
+            mean = statistics.mean(diffs)
+            sd = statistics.stdev(diffs) if len(diffs) > 1 else None
+            d = "/" if sd is None else ("inf" if sd == 0 else f"{mean / sd:+.2f}")
+            spread = "" if sd is None else f" ± {sd:.3f}"
+            lines.append(f"| {r['method']} | {sum(x > 0 for x in diffs)}/{len(seeds)} | {mean:+.3f}{spread} | {d} |")
     if any(r["objective"] for r in rows):
         base = next((r for r in rows if r["method"] == plan["baseline"] and r["objective"]), None)
         lines += [
@@ -302,46 +418,33 @@ def plot(results: dict[str, list[dict]], path: Path, title: str, target: float |
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", type=Path, help="a comparison spec (YAML)")
-    parser.add_argument("--base", help="base config for --presets")
-    parser.add_argument("--presets", nargs="*", help="preset names run on the base config (e.g. FedAsync FedBuff)")
-    parser.add_argument("--configs", nargs="*", help="whole configs, one method each (named by file stem)")
-    parser.add_argument("--seeds", type=int, nargs="+", help="run seeds (default: the spec's, else 0 1 2)")
-    parser.add_argument("--target", type=float, help="target accuracy (default: the configs')")
-    parser.add_argument("--baseline", help="method the speed-up is measured against")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="CLI settings for every run")
-    parser.add_argument("--workers", type=int, default=1, help="runs in parallel (one process and thread each)")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--docs", metavar="NAME", help="also write docs/benchmarks/NAME.md (machine, date)")
-    args = parser.parse_args(argv)
-    plan = load_plan(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-
-    results: dict[str, list[dict]] = {m: [] for m in plan["methods"]}
+def run_all(
+    jobs: list[tuple[str, str, list[str], int]], args: argparse.Namespace, target: float | None, what: str
+) -> tuple[dict[str, list[dict]], list[str]]:
+    """Run (name, config, arguments, seed) jobs, reusing finished ones under ``args.out``; results by name, and
+    the failures."""
+    results: dict[str, list[dict]] = {name: [] for name, *_ in jobs}
     todo = []
-    for method, (config, arguments) in plan["methods"].items():
-        for seed in plan["seeds"]:
-            job = (method, config, [*arguments, *plan["settings"]], seed)
-            done = args.out / "runs" / method / f"seed_{seed}" / "result.json"
-            if not done.exists():
-                todo.append(job)
-                continue
-            previous = json.loads(done.read_text())
-            expected = run_arguments(config, job[2], seed, plan["target"])
-            if previous["arguments"] != expected:
-                raise SystemExit(
-                    f"{done} was run with other settings:\n  then: {previous['arguments']}\n  now:  {expected}\n"
-                    "use another --out, or delete that run directory to run it again"
-                )
-            results[method].append(previous)
-    total = sum(len(v) for v in results.values()) + len(todo)
-    print(f"{total} runs: {total - len(todo)} already finished in {args.out}, {len(todo)} to run", flush=True)
+    for job in jobs:
+        name, config, arguments, seed = job
+        done = args.out / "runs" / name / f"seed_{seed}" / "result.json"
+        if not done.exists():
+            todo.append(job)
+            continue
+        previous = json.loads(done.read_text())
+        expected = run_arguments(config, arguments, seed, target)
+        if previous["arguments"] != expected:
+            raise SystemExit(
+                f"{done} was run with other settings:\n  then: {previous['arguments']}\n  now:  {expected}\n"
+                "use another --out, or delete that run directory to run it again"
+            )
+        results[name].append(previous)
+    total = len(jobs)
+    print(f"{total} {what}: {total - len(todo)} already finished in {args.out}, {len(todo)} to run", flush=True)
 
     from tqdm import tqdm
 
-    bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not todo)
+    bar = tqdm(total=len(todo), desc=what, unit="run", disable=not todo)
     failures: list[str] = []
 
     def finished(job: tuple, outcome: dict | BaseException) -> None:
@@ -355,18 +458,73 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.workers > 1 and len(todo) > 1:
         with ProcessPoolExecutor(args.workers) as pool:
-            futures = {pool.submit(run_one, *job, plan["target"], args.out): job for job in todo}
+            futures = {pool.submit(run_one, *job, target, args.out): job for job in todo}
             for future in as_completed(futures):
                 error = future.exception()
                 finished(futures[future], error if error is not None else future.result())
     else:
         for job in todo:
             try:
-                outcome: dict | BaseException = run_one(*job, plan["target"], args.out)
+                outcome: dict | BaseException = run_one(*job, target, args.out)
             except Exception as error:  # one failed run must not lose the others' table
                 outcome = error
             finished(job, outcome)
     bar.close()
+    return results, failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", type=Path, help="a comparison spec (YAML)")
+    parser.add_argument("--base", help="base config for --presets")
+    parser.add_argument("--presets", nargs="*", help="preset names run on the base config (e.g. FedAsync FedBuff)")
+    parser.add_argument("--configs", nargs="*", help="whole configs, one method each (named by file stem)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="run seeds (default: the spec's, else 0 1 2)")
+    parser.add_argument("--target", type=float, help="target accuracy (default: the configs')")
+    parser.add_argument("--baseline", help="method the speed-up is measured against")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="CLI settings for every run")
+    parser.add_argument("--grid", nargs="*", default=[], metavar="KEY=V1,V2", help="tuning grid (see above)")
+    parser.add_argument("--tune-seeds", type=int, nargs="+", default=[100], help="seeds of the tuning runs")
+    parser.add_argument("--workers", type=int, default=1, help="runs in parallel (one process and thread each)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--docs", metavar="NAME", help="also write docs/benchmarks/NAME.md (machine, date)")
+    args = parser.parse_args(argv)
+    plan = load_plan(args)
+    commit = None
+    if args.docs:
+        from docs_tables import clean_commit
+
+        commit = clean_commit()  # before the runs: refuses uncommitted code
+    args.out.mkdir(parents=True, exist_ok=True)
+    grid = parse_grid(args.grid)
+    plan["grid"], plan["chosen"], plan["tune_seeds"] = grid, {}, args.tune_seeds
+    if grid:
+        if set(args.tune_seeds) & set(plan["seeds"]):
+            raise SystemExit(f"--tune-seeds {args.tune_seeds} overlap the reported seeds {plan['seeds']}")
+        tuning = {}
+        for method, (config, arguments) in plan["methods"].items():
+            for point in grid_points(config, [*arguments, *plan["settings"]], grid):
+                extra = [f"--{k}={v}" for k, v in point.items()]
+                tuning[f"{method}/tune/{point_label(point)}"] = (method, point, config, [*arguments, *extra])
+        jobs = [(name, c, [*a, *plan["settings"]], s) for name, (_, _, c, a) in tuning.items() for s in args.tune_seeds]
+        tuned, failures = run_all(jobs, args, plan["target"], "tuning runs")
+        for method in plan["methods"]:
+            scores = {}
+            for name, (m, _point, _, _) in tuning.items():
+                late = [late_accuracy(r["history"]) for r in tuned.get(name, [])]
+                if m == method and late and None not in late and len(late) == len(args.tune_seeds):
+                    scores[name] = statistics.mean(late)
+            if not scores:
+                raise SystemExit(
+                    f"no grid point of {method} finished on every tuning seed:\n  " + "\n  ".join(failures)
+                )
+            best = max(scores, key=scores.get)
+            _, point, config, arguments = tuning[best]
+            plan["methods"][method] = (config, arguments)
+            plan["chosen"][method] = point_label(point)
+            print(f"{method}: best grid point {point_label(point)} (late accuracy {scores[best]:.4f})", flush=True)
+    jobs = [(m, c, [*a, *plan["settings"]], s) for m, (c, a) in plan["methods"].items() for s in plan["seeds"]]
+    results, failures = run_all(jobs, args, plan["target"], "runs")
     results = {m: runs for m, runs in results.items() if runs}
     if not results:
         print("no run finished:\n  " + "\n  ".join(failures))
@@ -380,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.docs:
         from docs_tables import write_docs_table
 
-        print(f"wrote {write_docs_table(args.docs, table)}")
+        print(f"wrote {write_docs_table(args.docs, table, commit=commit)}")
     write_csv(rows, args.out / "comparison.csv")
     plot(results, args.out / "accuracy.png", plan["title"], rows[0]["target"] if rows else None)
     print(table)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from lit_asyncfl.devices import DeviceModel, ExponentialCapability, UniformRatio, UniformResponse
+from lit_asyncfl.devices import DeviceModel, ExponentialCapability, Stragglers, UniformRatio, UniformResponse
 
 
 def test_job_timing_is_compute_plus_transfers():
@@ -33,6 +33,21 @@ def test_exponential_capability_has_the_requested_mean_and_clip():
     assert capability.mean() == pytest.approx(1.0, abs=0.03)
 
 
+def test_stragglers_slow_exactly_the_fraction_by_the_factor_around_a_log_normal_median():
+    # sigma = 0: every ordinary device is the median device, every straggler exactly `factor` slower
+    p = Stragglers(fraction=0.1, factor=10.0, sigma=0.0, time_per_sample=2.0, bandwidth=50.0).sample_profiles(
+        200, np.random.default_rng(0)
+    )
+    assert sorted(set(p.time_per_sample.tolist())) == [2.0, 20.0]
+    assert int((p.time_per_sample == 20.0).sum()) == 20
+    assert np.allclose(p.time_per_sample * p.bandwidth, 100.0)  # slowness multiplies time, divides bandwidth
+    # sigma = 0.5: log(slowness) = 0.5 z + log(10) B with B ~ Bernoulli(0.1): mean 0.1 log 10, variance
+    # 0.25 + 0.1 * 0.9 * log(10)^2 (the mixture's moments)
+    logs = np.log(Stragglers(fraction=0.1, factor=10.0, sigma=0.5).slowness(100_000, np.random.default_rng(1)))
+    assert logs.mean() == pytest.approx(0.1 * math.log(10), abs=0.01)
+    assert logs.var() == pytest.approx(0.25 + 0.09 * math.log(10) ** 2, rel=0.02)
+
+
 def test_uniform_response_draws_per_job_within_bounds():
     model = UniformResponse(low=100.0, high=5000.0)
     p = model.sample_profiles(2, np.random.default_rng(0))
@@ -53,6 +68,8 @@ def test_uniform_response_draws_per_job_within_bounds():
         (lambda: UniformResponse(low=10.0, high=5.0), r"got low=10.0, high=5.0"),
         (lambda: UniformResponse(low=0.0, high=0.0), r"got low=0.0, high=0.0"),  # every job instantaneous
         (lambda: ExponentialCapability(mean=0.0), r"mean must be > 0, got 0.0"),
+        (lambda: Stragglers(fraction=1.0), r"fraction must be"),
+        (lambda: Stragglers(factor=0.5), r"factor must be >= 1 \(straggler / ordinary device\), got 0.5"),
     ],
 )
 def test_bad_device_settings_fail_at_construction(factory, message):
