@@ -404,12 +404,12 @@ class FederatedTrainer:
             if self._hooks.pending is not None and self._hooks.pending is not exc:  # the event itself raised after
                 log.warning("lit_asyncfl: a run callback had raised earlier in the failing event: %r",
                             self._hooks.pending)  # fmt: skip
-                exc.add_note(f"(a run callback had raised earlier in the same event: {self._hooks.pending!r})")
+                _add_note(exc, f"(a run callback had raised earlier in the same event: {self._hooks.pending!r})")
                 self._hooks.pending = None
             if self.run_started:  # else (a refused resume, a failing start) nothing of a run exists to write
                 self._summarize_failure(sim, exc)
             for error in self._hooks.call_all("on_exception", exc):  # every callback's, whatever one raises
-                exc.add_note(f"(while handling it, on_exception of a run callback raised {error!r})")
+                _add_note(exc, f"(while handling it, on_exception of a run callback raised {error!r})")
             raise  # the original exception, never one raised while handling it
         finally:
             if self.executor is not None:
@@ -733,3 +733,10 @@ class FederatedTrainer:
                 )
             return best[0]
         return ckpt_path
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    """Attach ``note`` to ``exc`` where Python can (3.11+); on 3.10 the note is only in the log, which already has it,
+    so that handling a failure never replaces the run's own exception with an ``AttributeError``."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)

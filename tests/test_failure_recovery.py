@@ -152,3 +152,22 @@ def test_lightning_s_logger_forms_are_accepted(tmp_path):
     forms += [([CSVLogger(str(tmp_path)), FlakyLogger(0)], 2), ((lg for lg in [FlakyLogger(0)]), 1)]
     for logger, count in forms:
         assert len(make_trainer(tmp_path, FedAsync(concurrency=3), max_versions=2, logger=logger).loggers) == count
+
+
+def test_the_original_error_is_raised_where_exceptions_cannot_take_notes(tmp_path):
+    """Python 3.10 (which the package supports) has no BaseException.add_note: the run's own error must still be the
+    one raised when an on_exception raises (an AttributeError from the handler replaced it)."""
+
+    class NoNotes(RuntimeError):  # an exception as Python 3.10 makes them
+        def __getattribute__(self, name):
+            if name == "add_note":
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    class RaisesNoNotes(Callback):
+        def on_new_version(self, trainer):
+            if trainer.simulator.server.version == 3:
+                raise NoNotes("run callback at version 3")
+
+    with pytest.raises(NoNotes, match="run callback at version 3"):
+        _fit(tmp_path, callbacks=[RaisesNoNotes(), RaisesInOnException()])
