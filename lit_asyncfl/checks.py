@@ -24,6 +24,26 @@ def check(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
+def check_hooks_run(module_name: str, hooks: list[str], engine: str) -> None:
+    """Refuse Lightning training-loop hooks ``hooks`` a module overrides under an engine that does not run them
+    (every engine but ``"lightning"``, which gives each client job a real ``lightning.Trainer``).
+
+    Example:
+        >>> check_hooks_run("M", [], "fast")
+        >>> check_hooks_run("M", ["setup"], "lightning")
+        >>> check_hooks_run("M", ["setup"], "fast")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: M overrides ['setup'], which engine='fast' does not run (...); use engine='lightning' (...)
+    """
+    if hooks and engine != "lightning":
+        raise ValueError(
+            f"{module_name} overrides {hooks}, which engine={engine!r} does not run (it calls training_step, "
+            "configure_optimizers and the optimizer only); use engine='lightning' (a real lightning.Trainer "
+            "per client job)"
+        )
+
+
 def is_int(value: Any) -> bool:
     """Whether ``value`` is an integer (Python or NumPy) and not a boolean.
 

@@ -11,6 +11,7 @@ from wild_modules import (
     LClassifier,
     LData,
     SelfContained,
+    SetupBuildsData,
     StructClassifier,
     StructData,
     TinyGAN,
@@ -136,6 +137,16 @@ def test_lightnings_ways_to_pass_the_data_train_alike(tmp_path):
         assert_same(global_weights(trainer), global_weights(reference))
         assert trainer.history[-1]["val_acc"] == reference.history[-1]["val_acc"], form
     assert trainer.test(verbose=False)[0]["test_acc"] == reference.test(verbose=False)[0]["test_acc"]
+
+
+def test_a_module_building_its_data_in_setup_is_refused_before_its_loaders_are_read(tmp_path):
+    """Outside engine='lightning' setup() never runs: the refusal names it (not an AttributeError from the hook)."""
+    trainer = make_trainer(tmp_path, "fedavg", num_clients=3, max_versions=2, engine="fast")
+    with pytest.raises(ValueError, match=r"SetupBuildsData overrides \['setup'\].*use engine='lightning'"):
+        trainer.fit(SetupBuildsData())
+    trainer = make_trainer(tmp_path / "l", "fedavg", num_clients=3, max_versions=2, engine="lightning")
+    trainer.fit(SetupBuildsData())
+    assert trainer.summary["updates_aggregated"] > 0
 
 
 def test_training_loader_alone_trains_without_evaluation(tmp_path):

@@ -225,3 +225,16 @@ class SelfContained(LClassifier):
 
     def test_dataloader(self):
         return DataLoader(blobs(80, seed=1), batch_size=32)
+
+
+class SetupBuildsData(LClassifier):
+    """The usual tutorial pattern: ``setup`` builds the data sets the dataloader hooks read."""
+
+    def setup(self, stage=None):
+        self.train_set, self.val_set = blobs(240, seed=0), blobs(80, seed=1)
+
+    def train_dataloader(self):
+        return DataLoader(self.train_set, batch_size=16, shuffle=True)
+
+    def val_dataloader(self):
+        return DataLoader(self.val_set, batch_size=32)

@@ -9,6 +9,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader
 
 from lit_asyncfl import namespaces
+from lit_asyncfl.checks import check_hooks_run
 
 
 class LoaderDataModule(L.LightningDataModule):
@@ -88,6 +89,8 @@ def fit_data(
             f"train_dataloader() on {type(model).__name__}"
         )
     if any(hooks.values()):
+        # a module that builds its data in setup(): refused here, before its loader hooks fail without it
+        check_hooks_run(type(model).__name__, ["setup"] if namespaces.is_overridden("setup", model) else [], engine)
         model.prepare_data()
         if engine == "lightning" and namespaces.is_overridden("setup", model):
             model.setup("fit")

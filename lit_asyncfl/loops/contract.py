@@ -13,6 +13,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
+from lit_asyncfl.checks import check_hooks_run
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.workspace import _no_log
 from lit_asyncfl.engines.base import parse_optimizers
@@ -63,13 +64,7 @@ def check_lightning_contract(
             "lightning.Trainer per client job runs manual_backward, self.optimizers() and toggle_optimizer)"
         )
     if engine != "lightning":
-        hooks = [h for h in TRAINING_HOOKS if is_overridden(h, module)]
-        if hooks:
-            raise ValueError(
-                f"{name} overrides {hooks}, which engine={engine!r} does not run (it calls training_step, "
-                "configure_optimizers and the optimizer only); use engine='lightning' (a real lightning.Trainer "
-                "per client job)"
-            )
+        check_hooks_run(name, [h for h in TRAINING_HOOKS if is_overridden(h, module)], engine)
     if datamodule is not None:
         hooks = [h for h in DATAMODULE_BATCH_HOOKS if is_overridden(h, datamodule)]
         if hooks:
