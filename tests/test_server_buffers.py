@@ -90,6 +90,11 @@ STEPS = {
     "DynamicCorrection": lambda: DynamicCorrection(alpha=0.5),
 }
 
+#: Server steps that refuse models with floating buffers at fit start instead (each tested where it lives).
+REFUSE_BUFFERS = {
+    "GaussianAggregateNoise": "central DP noises the parameters' step only (tests/test_privacy.py: 'BatchNorm')",
+}
+
 
 def _library_subclasses(cls: type) -> set[type]:
     out = set()
@@ -108,7 +113,7 @@ def test_the_cases_cover_every_aggregator_and_server_step_of_the_library():
         for c in _library_subclasses(ServerCallback)
         if c.transform_aggregate is not ServerCallback.transform_aggregate
     }
-    assert steps == set(STEPS)
+    assert steps == set(STEPS) | set(REFUSE_BUFFERS)
 
 
 @pytest.mark.parametrize("name", sorted(AGGREGATORS))
