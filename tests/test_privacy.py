@@ -207,11 +207,26 @@ class _Transform(UpdateNormBound):
 
 def test_wrapper_composes_with_a_server_optimizer_and_a_correction():
     """Noise first among step transforms (before FedAvgM's momentum), clipping last among update transforms."""
-    for preset in (FedAvgM(), FedDyn()):
+    for preset in (FedAvgM(), FedDyn()):  # FedDyn's correction is then refused at fit start
         algo = DifferentiallyPrivate(preset, clip_norm=1.0, noise_multiplier=1.0)
         assert isinstance(algo.server_callbacks[0], GaussianAggregateNoise)
         assert isinstance(algo.server_callbacks[-1], DeltaClipping)
         assert algo.hparams["algorithm"] is preset and algo.scheduler is preset.scheduler
+
+
+def test_step_callbacks_reading_the_updates_after_the_noise_are_refused():
+    """D1/D2: FedDyn's correction (h from the un-noised deltas) and FedHist's INA (norm of the unclipped updates)
+    transform the step after the noise: refused, naming the alternative; post-processing (momentum) passes."""
+    from lit_asyncfl.algorithms import FADAS, FedHist
+
+    with pytest.raises(ValueError, match=r"DynamicCorrection transforms the step after the noise.*mode='local'"):
+        _fit_start(DifferentiallyPrivate(FedDyn(), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+    with pytest.raises(ValueError, match=r"NormAmplification .*FedHist\(ina=False\)"):
+        _fit_start(DifferentiallyPrivate(FedHist(), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+    with pytest.warns(UserWarning, match="HistoryAwareWeight"):
+        _fit_start(DifferentiallyPrivate(FedHist(ina=False), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+    for preset in (FedAvgM(), FADAS()):
+        _fit_start(DifferentiallyPrivate(preset, clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
 
 
 def test_missing_opacus_names_the_extra(monkeypatch):
@@ -277,7 +292,7 @@ def test_weights_read_from_the_updates_draw_a_warning():
     from lit_asyncfl.algorithms import FedHist
 
     with pytest.warns(UserWarning, match="HistoryAwareWeight may compute aggregation weights"):
-        _fit_start(DifferentiallyPrivate(FedHist(), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+        _fit_start(DifferentiallyPrivate(FedHist(ina=False), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _fit_start(DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)

@@ -9,9 +9,12 @@ from typing import TYPE_CHECKING, Any
 from lit_asyncfl.checks import check, check_number
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon
+from lit_asyncfl.server.adaptive_optimizer import AdaptiveServerOptimizer
 from lit_asyncfl.server.aggregators import Aggregator, DeltaAverage, Mixing, ModelAverage
 from lit_asyncfl.server.base import ServerCallback
 from lit_asyncfl.server.data_fraction import DataFractionWeight
+from lit_asyncfl.server.feddyn import DynamicCorrection
+from lit_asyncfl.server.norm_amplification import NormAmplification
 from lit_asyncfl.server.weights import DataSizeWeight, StalenessWeight
 
 if TYPE_CHECKING:
@@ -22,6 +25,17 @@ if TYPE_CHECKING:
 
 #: Weight callbacks whose weights depend only on what the accounting treats as public (versions, shard sizes).
 PUBLIC_WEIGHTS: tuple[type[ServerCallback], ...] = (StalenessWeight, DataSizeWeight, DataFractionWeight)
+
+#: Step callbacks that only post-process the noised step (and public staleness): allowed after the noise.
+POST_PROCESSING_STEPS: tuple[type[ServerCallback], ...] = (AdaptiveServerOptimizer,)
+
+#: What to use instead of a step callback that reads the un-noised updates after the noise.
+_STEP_ALTERNATIVES: dict[type[ServerCallback], str] = {
+    DynamicCorrection: "FedDyn's server correction builds h from the clipped, un-noised deltas and re-releases them "
+    "in every later version; use mode='local' for FedDyn",
+    NormAmplification: "FedHist's INA rescales the step to a norm computed from the unclipped, un-noised updates; "
+    "use FedHist(ina=False), or mode='local'",
+}
 
 #: Stream id of the aggregate noise in :func:`~lit_asyncfl.core.seeding.derive_seed`.
 NOISE_STREAM = 0xD9_0001
@@ -117,7 +131,9 @@ class GaussianAggregateNoise(ServerCallback):
     i.e. noise of standard deviation :math:`\eta_g z C / K` on FedBuff's average (:math:`z C / K` with
     :math:`\eta_g = p_i = 1`), :math:`\alpha_t z C` on FedAsync's mixing step. The noise is added to the
     parameters' step before any server optimizer (it must be the first callback that transforms steps: checked at
-    fit start), which then only post-processes it. It is drawn from a generator seeded by the run seed and the
+    fit start), which then only post-processes it: a later step callback must be one of ``POST_PROCESSING_STEPS``
+    (:class:`AdaptiveServerOptimizer`: FedAvgM's momentum, FADAS); any other (FedDyn's correction, FedHist's INA),
+    which reads the un-noised updates after the noise, is refused at fit start. It is drawn from a generator seeded by the run seed and the
     aggregation (version, updates received), never the global RNG, so runs and resumed runs are identical.
 
     **Accounting.** Each aggregation is one step of the subsampled Gaussian mechanism with noise multiplier
@@ -174,6 +190,17 @@ class GaussianAggregateNoise(ServerCallback):
             "GaussianAggregateNoise must be the first server callback that transforms the step (noise before any "
             f"server optimizer); {type(steppers[0]).__name__} comes before it",
         )
+        for cb in steppers[1:]:
+            check(
+                isinstance(cb, POST_PROCESSING_STEPS),
+                f"{type(cb).__name__} transforms the step after the noise and may read the updates, which the noise "
+                f"does not cover; only pure post-processing of the noised step is allowed after it "
+                f"({', '.join(c.__name__ for c in POST_PROCESSING_STEPS)} and subclasses, e.g. ServerMomentum). "
+                + next(
+                    (hint for kind, hint in _STEP_ALTERNATIVES.items() if isinstance(cb, kind)),
+                    "Use mode='local', where the server sees only noised updates",
+                ),
+            )
         check(
             server.param_numel == server.weights.numel(),
             "central DP noises the parameters' step, but this model has floating buffers (BatchNorm running "
