@@ -133,8 +133,9 @@ class GaussianAggregateNoise(ServerCallback):
     parameters' step before any server optimizer (it must be the first callback that transforms steps: checked at
     fit start), which then only post-processes it: a later step callback must be one of ``POST_PROCESSING_STEPS``
     (:class:`AdaptiveServerOptimizer`: FedAvgM's momentum, FADAS); any other (FedDyn's correction, FedHist's INA),
-    which reads the un-noised updates after the noise, is refused at fit start. It is drawn from a generator seeded by the run seed and the
-    aggregation (version, updates received), never the global RNG, so runs and resumed runs are identical.
+    which reads the un-noised updates after the noise, is refused at fit start. The noise is drawn from a
+    generator seeded by the run seed and the aggregation (version, updates received),
+    never the global RNG, so runs and resumed runs are identical.
 
     **Accounting.** Each aggregation is one step of the subsampled Gaussian mechanism with noise multiplier
     :math:`z` and sample rate :math:`q = K / N` (updates in the aggregation over clients), composed with Opacus's
