@@ -278,6 +278,16 @@ def test_local_dp_run_accounts_the_busiest_client_and_resumes_exactly(tmp_path):
     assert "dp_epsilon" not in full.summary  # no central mechanism, no central epsilon
 
 
+def test_local_dp_refuses_a_model_with_floating_buffers():
+    """D3: local DP noised BatchNorm's running statistics with the parameters (running_var < 0: NaN); refused
+    like the central mode, naming norm='group'. The integer num_batches_tracked is not named."""
+    noise = LocalGaussianNoise(clip_norm=1.0, noise_multiplier=1.0)
+    batch_norm = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    with pytest.raises(ValueError, match=r"\(1\.running_mean, 1\.running_var: .*norm='group'"):
+        noise.check_module(batch_norm)
+    noise.check_module(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GroupNorm(2, 4)))
+
+
 def test_local_mode_refusals():
     with pytest.raises(ValueError, match="mode"):
         DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0, mode="shuffle")

@@ -50,6 +50,18 @@ class LocalGaussianNoise(ClientCallback):
         #: Uploads per client (the accountant's history).
         self.uploads: dict[int, int] = {}
 
+    def check_module(self, module: Any) -> None:
+        """Refuse a module with floating buffers (BatchNorm running statistics): they would be clipped and noised
+        with the parameters (a noised ``running_var`` goes negative: NaN), as the central mode refuses them."""
+        floating = [name for name, buffer in module.named_buffers() if buffer.is_floating_point()]
+        if floating:
+            raise ValueError(
+                f"local DP clips and noises the whole upload, but {type(module).__name__} has floating buffers "
+                f"({', '.join(floating[:3])}{', ...' if len(floating) > 3 else ''}: BatchNorm running statistics) "
+                "that noise would corrupt (a negative running_var gives NaN); use GroupNorm or no normalization "
+                "(e.g. norm='group')"
+            )
+
     def on_fit_start(self, num_clients: int) -> None:
         self.uploads = {}
 
