@@ -236,6 +236,24 @@ def test_missing_opacus_names_the_extra(monkeypatch):
         rdp_epsilon([(1.0, 0.1, 1)], 1e-5)
 
 
+def test_missing_opacus_is_refused_at_construction(monkeypatch):
+    """D4: without opacus the run used to fail at its first epsilon, mid-event with no checkpoint; now the
+    constructor refuses (z > 0 only: z = 0 needs no accountant)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "opacus" else real(name, *a))
+    for build in (
+        lambda: GaussianAggregateNoise(1.0),
+        lambda: LocalGaussianNoise(clip_norm=1.0, noise_multiplier=1.0),
+        lambda: DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=0.5),
+        lambda: DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=0.5, mode="local"),
+    ):
+        with pytest.raises(ImportError, match=r"noise_multiplier > 0 .*pip install lit-asyncfl\[privacy\]"):
+            build()
+    GaussianAggregateNoise(0.0), LocalGaussianNoise(clip_norm=1.0, noise_multiplier=0.0)
+
+
 def test_local_dp_clips_and_noises_each_upload_as_computed_by_hand():
     """Upload = base + clip(D) + N(0, (z C)^2) drawn from the job's seed; the std is z C."""
     dim, z, clip = 40_000, 0.5, 0.2

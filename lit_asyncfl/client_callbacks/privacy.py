@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from lit_asyncfl.checks import check_number
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.seeding import derive_seed
-from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon
+from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon, require_opacus
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
@@ -46,6 +46,8 @@ class LocalGaussianNoise(ClientCallback):
         check_number("clip_norm", clip_norm, 0, open_min=True)
         check_number("noise_multiplier", noise_multiplier, 0)
         check_number("delta", delta, 0, 1, open_min=True, open_max=True)
+        if noise_multiplier > 0:
+            require_opacus("LocalGaussianNoise")
         self.clip_norm, self.noise_multiplier, self.delta = float(clip_norm), float(noise_multiplier), float(delta)
         #: Uploads per client (the accountant's history).
         self.uploads: dict[int, int] = {}

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from lit_asyncfl.checks import check, check_number
 from lit_asyncfl.core.seeding import derive_seed
-from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon
+from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon, require_opacus
 from lit_asyncfl.server.adaptive_optimizer import AdaptiveServerOptimizer
 from lit_asyncfl.server.aggregators import Aggregator, DeltaAverage, Mixing, ModelAverage
 from lit_asyncfl.server.base import ServerCallback
@@ -163,6 +163,8 @@ class GaussianAggregateNoise(ServerCallback):
     def __init__(self, noise_multiplier: float, delta: float = 1e-5, max_epsilon: float | None = None) -> None:
         check_number("noise_multiplier", noise_multiplier, 0)
         check_number("delta", delta, 0, 1, open_min=True, open_max=True)
+        if noise_multiplier > 0:
+            require_opacus("GaussianAggregateNoise")
         if max_epsilon is not None:
             check_number("max_epsilon", max_epsilon, 0, open_min=True)
             check(noise_multiplier > 0, f"max_epsilon={max_epsilon} needs noise_multiplier > 0 (z=0 spends inf)")
