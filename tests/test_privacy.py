@@ -269,7 +269,7 @@ def test_local_dp_clips_and_noises_each_upload_as_computed_by_hand():
     torch.testing.assert_close(update.weights, expected, rtol=0, atol=1e-6)
     residual = (update.weights - base - d * clip).double()
     assert abs(residual.std().item() - z * clip) < 0.02 * z * clip
-    assert noise.uploads == {2: 1} and update.info["dp_delta_norm"] == pytest.approx(1.0)
+    assert noise.uploads == {2: 1} and "dp_delta_norm" not in update.info  # D5: the exact norm stays local
 
 
 def test_local_dp_run_accounts_the_busiest_client_and_resumes_exactly(tmp_path):
@@ -324,3 +324,16 @@ def test_weights_read_from_the_updates_draw_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _fit_start(DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+
+
+def test_loss_based_selection_draws_a_warning():
+    """D5(b): ASFL's and Oort's selections read the un-noised train_loss; FedCS (latency only) does not."""
+    from lit_asyncfl.algorithms import ASFL, FedCS, Oort
+
+    for preset in (ASFL(), Oort()):
+        for mode in ("central", "local"):
+            with pytest.warns(UserWarning, match="Selection selects devices from their reported training loss"):
+                DifferentiallyPrivate(preset, clip_norm=1.0, noise_multiplier=1.0, mode=mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DifferentiallyPrivate(FedCS(), clip_norm=1.0, noise_multiplier=1.0)

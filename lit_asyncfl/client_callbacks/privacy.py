@@ -20,7 +20,10 @@ LOCAL_NOISE_STREAM = 0xD9_0002
 class LocalGaussianNoise(ClientCallback):
     r"""Local DP: the client uploads :math:`w_{o} + \bar\Delta + \mathcal{N}(0, z^2 C^2 I)`, its delta clipped to
     L2 norm :math:`C` (:math:`\bar\Delta = \Delta \min(1, C / \lVert\Delta\rVert_2)`) plus Gaussian noise it draws
-    itself, so that not even the server sees an un-noised update (the local variant of DP-FedAvg's mechanism).
+    itself, so that not even the server sees an un-noised update (the local variant of DP-FedAvg's mechanism). The
+    norm before clipping stays on the client. What else the client reports (its ``train_loss``, ``num_samples``) is
+    not noised: a loss-based selection reading it draws a warning from
+    :class:`~lit_asyncfl.privacy.DifferentiallyPrivate`.
 
     **Accounting.** Any two data sets of one client give clipped deltas at most :math:`2C` apart, so each upload is
     a Gaussian mechanism of noise multiplier :math:`z / 2` relative to its sensitivity, without subsampling
@@ -68,8 +71,7 @@ class LocalGaussianNoise(ClientCallback):
         self.uploads = {}
 
     def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
-        delta, norm = clip_delta(update.weights - update.base_weights, self.clip_norm)
-        update.info["dp_delta_norm"] = norm
+        delta, _ = clip_delta(update.weights - update.base_weights, self.clip_norm)  # the norm is not uploaded
         noise_std = self.noise_multiplier * self.clip_norm
         if noise_std > 0:
             delta = delta + gaussian_noise(delta, noise_std, derive_seed(job.seed, LOCAL_NOISE_STREAM))

@@ -143,7 +143,10 @@ class GaussianAggregateNoise(ServerCallback):
     Asynchronous arrivals are *not* Poisson sampling (who arrives depends on device speed and on the previous
     dispatches), so this :math:`\varepsilon` is the standard approximation, not a proof. The denominator of
     ``normalize=True`` and of :class:`ModelAverage` depends on who participated; the sensitivity is taken with the
-    aggregation's weights as given, as in the fixed-denominator analysis. The weights :math:`p_i` are taken as
+    aggregation's weights as given, as in the fixed-denominator analysis. :class:`Mixing`'s step also carries
+    :math:`\alpha_t (w_{o_i} - w_t)`, which exists only when client :math:`i` takes part: the noise
+    :math:`\alpha_t z C` assumes participation public (replace-one neighbours); under add/remove the sensitivity is
+    :math:`\alpha_t (C + \lVert w_{o_i} - w_t \rVert)` (``docs/privacy.md``). The weights :math:`p_i` are taken as
     public: a weight callback other than those of ``PUBLIC_WEIGHTS`` (staleness, data size), e.g. similarity or
     history weights, which read the updates, draws a warning at fit start: the noise scale then depends on private
     data.
