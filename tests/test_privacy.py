@@ -306,6 +306,14 @@ def test_local_dp_refuses_a_model_with_floating_buffers():
     noise.check_module(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GroupNorm(2, 4)))
 
 
+def test_local_dp_fit_refuses_batch_norm_before_training(tmp_path):
+    from lit_asyncfl.models import ResNet20
+
+    algo = DifferentiallyPrivate(FedBuff(buffer_size=2), clip_norm=1.0, noise_multiplier=0.5, mode="local")
+    with pytest.raises(ValueError, match=r"ResNet20 has floating buffers .*norm='group'"):
+        run(tmp_path, algo, model=ResNet20(in_channels=1, norm="batch"), max_versions=1)
+
+
 def test_local_mode_refusals():
     with pytest.raises(ValueError, match="mode"):
         DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0, mode="shuffle")
