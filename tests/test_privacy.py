@@ -329,6 +329,8 @@ def test_weights_read_from_the_updates_draw_a_warning():
 
     with pytest.warns(UserWarning, match="HistoryAwareWeight may compute aggregation weights"):
         _fit_start(DifferentiallyPrivate(FedHist(ina=False), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+    with pytest.warns(UserWarning, match="UpdateNormBound may accept or reject updates by their content"):
+        _fit_start([GaussianAggregateNoise(1.0), UpdateNormBound(), DeltaClipping(1.0)])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _fit_start(DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)

@@ -15,6 +15,7 @@ from lit_asyncfl.server.base import ServerCallback
 from lit_asyncfl.server.data_fraction import DataFractionWeight
 from lit_asyncfl.server.feddyn import DynamicCorrection
 from lit_asyncfl.server.norm_amplification import NormAmplification
+from lit_asyncfl.server.staleness_bound import StalenessBound
 from lit_asyncfl.server.weights import DataSizeWeight, StalenessWeight
 
 if TYPE_CHECKING:
@@ -219,6 +220,19 @@ class GaussianAggregateNoise(ServerCallback):
             for cb in server.callbacks
             if _overrides(cb, "weight_update") and not isinstance(cb, PUBLIC_WEIGHTS)
         ]
+        gates = [
+            type(cb).__name__
+            for cb in server.callbacks
+            if _overrides(cb, "reject_update") and not isinstance(cb, (StalenessBound, GaussianAggregateNoise))
+        ]
+        if gates:
+            warnings.warn(
+                f"{', '.join(gates)} may accept or reject updates by their content (e.g. their unclipped norm): "
+                "which updates are aggregated then depends on private data, which the epsilon reported does not "
+                "account for (public rejections: StalenessBound, the privacy budget)",
+                UserWarning,
+                stacklevel=2,
+            )
         if private:
             warnings.warn(
                 f"{', '.join(private)} may compute aggregation weights from the updates' content: the noise is "
