@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
+
 from lit_asyncfl.algorithms.base import Algorithm
 from lit_asyncfl.checks import check, check_choice
 from lit_asyncfl.client_callbacks.privacy import LocalGaussianNoise
+from lit_asyncfl.schedulers.selection import Selection
 from lit_asyncfl.server.privacy import DeltaClipping, GaussianAggregateNoise
 
 __all__ = ["DifferentiallyPrivate"]
@@ -22,7 +25,8 @@ class DifferentiallyPrivate(Algorithm):
     ``mode="local"`` (no trusted server) instead adds a
     :class:`~lit_asyncfl.client_callbacks.privacy.LocalGaussianNoise`, last among the client callbacks: each client
     clips its delta and adds :math:`\mathcal{N}(0, z^2 C^2 I)` itself; ``dp_local_epsilon`` is reported. See
-    ``docs/privacy.md`` for the formulas and the sampling model.
+    ``docs/privacy.md`` for the formulas and the sampling model. A device selection that reads the reported
+    training loss (ASFL's ``UtilitySelection``, Oort's) draws a warning: that loss is not noised.
 
     Args:
         algorithm: The algorithm to make private (e.g. ``FedBuff()``); its parts are taken over, not copied.
@@ -52,6 +56,15 @@ class DifferentiallyPrivate(Algorithm):
         check(isinstance(algorithm, Algorithm), f"algorithm must be an Algorithm, got {type(algorithm).__name__}")
         check(not isinstance(algorithm, DifferentiallyPrivate), "algorithm is already DifferentiallyPrivate")
         check_choice("mode", mode, ("central", "local"))
+        selection = getattr(algorithm.scheduler, "selection", None)
+        if isinstance(selection, Selection) and type(selection).observe is not Selection.observe:
+            warnings.warn(
+                f"{type(selection).__name__} selects devices from their reported training loss, which is not noised "
+                "(in either mode): the selection then depends on private data that the epsilon reported does not "
+                "account for (loss-free selections: RandomSelection, DeadlineSelection)",
+                UserWarning,
+                stacklevel=2,
+            )
         server_callbacks, client_callbacks = list(algorithm.server_callbacks), list(algorithm.client_callbacks)
         if mode == "central":
             noise = GaussianAggregateNoise(noise_multiplier, delta=delta, max_epsilon=max_epsilon)

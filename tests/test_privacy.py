@@ -207,11 +207,26 @@ class _Transform(UpdateNormBound):
 
 def test_wrapper_composes_with_a_server_optimizer_and_a_correction():
     """Noise first among step transforms (before FedAvgM's momentum), clipping last among update transforms."""
-    for preset in (FedAvgM(), FedDyn()):
+    for preset in (FedAvgM(), FedDyn()):  # FedDyn's correction is then refused at fit start
         algo = DifferentiallyPrivate(preset, clip_norm=1.0, noise_multiplier=1.0)
         assert isinstance(algo.server_callbacks[0], GaussianAggregateNoise)
         assert isinstance(algo.server_callbacks[-1], DeltaClipping)
         assert algo.hparams["algorithm"] is preset and algo.scheduler is preset.scheduler
+
+
+def test_step_callbacks_reading_the_updates_after_the_noise_are_refused():
+    """D1/D2: FedDyn's correction (h from the un-noised deltas) and FedHist's INA (norm of the unclipped updates)
+    transform the step after the noise: refused, naming the alternative; post-processing (momentum) passes."""
+    from lit_asyncfl.algorithms import FADAS, FedHist
+
+    with pytest.raises(ValueError, match=r"DynamicCorrection transforms the step after the noise.*mode='local'"):
+        _fit_start(DifferentiallyPrivate(FedDyn(), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+    with pytest.raises(ValueError, match=r"NormAmplification .*FedHist\(ina=False\)"):
+        _fit_start(DifferentiallyPrivate(FedHist(), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+    with pytest.warns(UserWarning, match="HistoryAwareWeight"):
+        _fit_start(DifferentiallyPrivate(FedHist(ina=False), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+    for preset in (FedAvgM(), FADAS()):
+        _fit_start(DifferentiallyPrivate(preset, clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
 
 
 def test_missing_opacus_names_the_extra(monkeypatch):
@@ -219,6 +234,24 @@ def test_missing_opacus_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "opacus.accountants", None)
     with pytest.raises(ImportError, match=r"pip install lit-asyncfl\[privacy\]"):
         rdp_epsilon([(1.0, 0.1, 1)], 1e-5)
+
+
+def test_missing_opacus_is_refused_at_construction(monkeypatch):
+    """D4: without opacus the run used to fail at its first epsilon, mid-event with no checkpoint; now the
+    constructor refuses (z > 0 only: z = 0 needs no accountant)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "opacus" else real(name, *a))
+    for build in (
+        lambda: GaussianAggregateNoise(1.0),
+        lambda: LocalGaussianNoise(clip_norm=1.0, noise_multiplier=1.0),
+        lambda: DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=0.5),
+        lambda: DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=0.5, mode="local"),
+    ):
+        with pytest.raises(ImportError, match=r"noise_multiplier > 0 .*pip install lit-asyncfl\[privacy\]"):
+            build()
+    GaussianAggregateNoise(0.0), LocalGaussianNoise(clip_norm=1.0, noise_multiplier=0.0)
 
 
 def test_local_dp_clips_and_noises_each_upload_as_computed_by_hand():
@@ -236,7 +269,7 @@ def test_local_dp_clips_and_noises_each_upload_as_computed_by_hand():
     torch.testing.assert_close(update.weights, expected, rtol=0, atol=1e-6)
     residual = (update.weights - base - d * clip).double()
     assert abs(residual.std().item() - z * clip) < 0.02 * z * clip
-    assert noise.uploads == {2: 1} and update.info["dp_delta_norm"] == pytest.approx(1.0)
+    assert noise.uploads == {2: 1} and "dp_delta_norm" not in update.info  # D5: the exact norm stays local
 
 
 def test_local_dp_run_accounts_the_busiest_client_and_resumes_exactly(tmp_path):
@@ -263,6 +296,24 @@ def test_local_dp_run_accounts_the_busiest_client_and_resumes_exactly(tmp_path):
     assert "dp_epsilon" not in full.summary  # no central mechanism, no central epsilon
 
 
+def test_local_dp_refuses_a_model_with_floating_buffers():
+    """D3: local DP noised BatchNorm's running statistics with the parameters (running_var < 0: NaN); refused
+    like the central mode, naming norm='group'. The integer num_batches_tracked is not named."""
+    noise = LocalGaussianNoise(clip_norm=1.0, noise_multiplier=1.0)
+    batch_norm = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    with pytest.raises(ValueError, match=r"\(1\.running_mean, 1\.running_var: .*norm='group'"):
+        noise.check_module(batch_norm)
+    noise.check_module(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GroupNorm(2, 4)))
+
+
+def test_local_dp_fit_refuses_batch_norm_before_training(tmp_path):
+    from lit_asyncfl.models import ResNet20
+
+    algo = DifferentiallyPrivate(FedBuff(buffer_size=2), clip_norm=1.0, noise_multiplier=0.5, mode="local")
+    with pytest.raises(ValueError, match=r"ResNet20 has floating buffers .*norm='group'"):
+        run(tmp_path, algo, model=ResNet20(in_channels=1, norm="batch"), max_versions=1)
+
+
 def test_local_mode_refusals():
     with pytest.raises(ValueError, match="mode"):
         DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0, mode="shuffle")
@@ -277,7 +328,22 @@ def test_weights_read_from_the_updates_draw_a_warning():
     from lit_asyncfl.algorithms import FedHist
 
     with pytest.warns(UserWarning, match="HistoryAwareWeight may compute aggregation weights"):
-        _fit_start(DifferentiallyPrivate(FedHist(), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+        _fit_start(DifferentiallyPrivate(FedHist(ina=False), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+    with pytest.warns(UserWarning, match="UpdateNormBound may accept or reject updates by their content"):
+        _fit_start([GaussianAggregateNoise(1.0), UpdateNormBound(), DeltaClipping(1.0)])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _fit_start(DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0).server_callbacks)
+
+
+def test_loss_based_selection_draws_a_warning():
+    """D5(b): ASFL's and Oort's selections read the un-noised train_loss; FedCS (latency only) does not."""
+    from lit_asyncfl.algorithms import ASFL, FedCS, Oort
+
+    for preset in (ASFL(), Oort()):
+        for mode in ("central", "local"):
+            with pytest.warns(UserWarning, match="Selection selects devices from their reported training loss"):
+                DifferentiallyPrivate(preset, clip_norm=1.0, noise_multiplier=1.0, mode=mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DifferentiallyPrivate(FedCS(), clip_norm=1.0, noise_multiplier=1.0)

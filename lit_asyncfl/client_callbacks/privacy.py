@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from lit_asyncfl.checks import check_number
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.seeding import derive_seed
-from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon
+from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon, require_opacus
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
@@ -20,7 +20,10 @@ LOCAL_NOISE_STREAM = 0xD9_0002
 class LocalGaussianNoise(ClientCallback):
     r"""Local DP: the client uploads :math:`w_{o} + \bar\Delta + \mathcal{N}(0, z^2 C^2 I)`, its delta clipped to
     L2 norm :math:`C` (:math:`\bar\Delta = \Delta \min(1, C / \lVert\Delta\rVert_2)`) plus Gaussian noise it draws
-    itself, so that not even the server sees an un-noised update (the local variant of DP-FedAvg's mechanism).
+    itself, so that not even the server sees an un-noised update (the local variant of DP-FedAvg's mechanism). The
+    norm before clipping stays on the client. What else the client reports (its ``train_loss``, ``num_samples``) is
+    not noised: a loss-based selection reading it draws a warning from
+    :class:`~lit_asyncfl.privacy.DifferentiallyPrivate`.
 
     **Accounting.** Any two data sets of one client give clipped deltas at most :math:`2C` apart, so each upload is
     a Gaussian mechanism of noise multiplier :math:`z / 2` relative to its sensitivity, without subsampling
@@ -46,16 +49,29 @@ class LocalGaussianNoise(ClientCallback):
         check_number("clip_norm", clip_norm, 0, open_min=True)
         check_number("noise_multiplier", noise_multiplier, 0)
         check_number("delta", delta, 0, 1, open_min=True, open_max=True)
+        if noise_multiplier > 0:
+            require_opacus("LocalGaussianNoise")
         self.clip_norm, self.noise_multiplier, self.delta = float(clip_norm), float(noise_multiplier), float(delta)
         #: Uploads per client (the accountant's history).
         self.uploads: dict[int, int] = {}
+
+    def check_module(self, module: Any) -> None:
+        """Refuse a module with floating buffers (BatchNorm running statistics): they would be clipped and noised
+        with the parameters (a noised ``running_var`` goes negative: NaN), as the central mode refuses them."""
+        floating = [name for name, buffer in module.named_buffers() if buffer.is_floating_point()]
+        if floating:
+            raise ValueError(
+                f"local DP clips and noises the whole upload, but {type(module).__name__} has floating buffers "
+                f"({', '.join(floating[:3])}{', ...' if len(floating) > 3 else ''}: BatchNorm running statistics) "
+                "that noise would corrupt (a negative running_var gives NaN); use GroupNorm or no normalization "
+                "(e.g. norm='group')"
+            )
 
     def on_fit_start(self, num_clients: int) -> None:
         self.uploads = {}
 
     def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
-        delta, norm = clip_delta(update.weights - update.base_weights, self.clip_norm)
-        update.info["dp_delta_norm"] = norm
+        delta, _ = clip_delta(update.weights - update.base_weights, self.clip_norm)  # the norm is not uploaded
         noise_std = self.noise_multiplier * self.clip_norm
         if noise_std > 0:
             delta = delta + gaussian_noise(delta, noise_std, derive_seed(job.seed, LOCAL_NOISE_STREAM))

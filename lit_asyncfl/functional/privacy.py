@@ -3,12 +3,24 @@ McMahan et al., 2018; DP-FedBuff: FedBuff, Nguyen et al., 2022, and Papaya, Huba
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable
 
 import torch
 from torch import Tensor
 
 INSTALL_HINT = "pip install lit-asyncfl[privacy]"
+
+
+def require_opacus(what: str) -> None:
+    """Raise ``ImportError`` with the install hint unless Opacus (the accountant) can be imported: called at
+    construction, so that a run never fails at its first :math:`\\varepsilon`, mid-event and without a checkpoint.
+
+    Example:
+        >>> require_opacus("GaussianAggregateNoise")  # doctest: +SKIP
+    """
+    if importlib.util.find_spec("opacus") is None:
+        raise ImportError(f"{what} with noise_multiplier > 0 accounts its epsilon with opacus: {INSTALL_HINT}")
 
 
 def clip_delta(delta: Tensor, clip_norm: float) -> tuple[Tensor, float]:

@@ -8,10 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from lit_asyncfl.checks import check, check_number
 from lit_asyncfl.core.seeding import derive_seed
-from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon
+from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon, require_opacus
+from lit_asyncfl.server.adaptive_optimizer import AdaptiveServerOptimizer
 from lit_asyncfl.server.aggregators import Aggregator, DeltaAverage, Mixing, ModelAverage
 from lit_asyncfl.server.base import ServerCallback
 from lit_asyncfl.server.data_fraction import DataFractionWeight
+from lit_asyncfl.server.feddyn import DynamicCorrection
+from lit_asyncfl.server.norm_amplification import NormAmplification
+from lit_asyncfl.server.staleness_bound import StalenessBound
 from lit_asyncfl.server.weights import DataSizeWeight, StalenessWeight
 
 if TYPE_CHECKING:
@@ -22,6 +26,17 @@ if TYPE_CHECKING:
 
 #: Weight callbacks whose weights depend only on what the accounting treats as public (versions, shard sizes).
 PUBLIC_WEIGHTS: tuple[type[ServerCallback], ...] = (StalenessWeight, DataSizeWeight, DataFractionWeight)
+
+#: Step callbacks that only post-process the noised step (and public staleness): allowed after the noise.
+POST_PROCESSING_STEPS: tuple[type[ServerCallback], ...] = (AdaptiveServerOptimizer,)
+
+#: What to use instead of a step callback that reads the un-noised updates after the noise.
+_STEP_ALTERNATIVES: dict[type[ServerCallback], str] = {
+    DynamicCorrection: "FedDyn's server correction builds h from the clipped, un-noised deltas and re-releases them "
+    "in every later version; use mode='local' for FedDyn",
+    NormAmplification: "FedHist's INA rescales the step to a norm computed from the unclipped, un-noised updates; "
+    "use FedHist(ina=False), or mode='local'",
+}
 
 #: Stream id of the aggregate noise in :func:`~lit_asyncfl.core.seeding.derive_seed`.
 NOISE_STREAM = 0xD9_0001
@@ -117,8 +132,11 @@ class GaussianAggregateNoise(ServerCallback):
     i.e. noise of standard deviation :math:`\eta_g z C / K` on FedBuff's average (:math:`z C / K` with
     :math:`\eta_g = p_i = 1`), :math:`\alpha_t z C` on FedAsync's mixing step. The noise is added to the
     parameters' step before any server optimizer (it must be the first callback that transforms steps: checked at
-    fit start), which then only post-processes it. It is drawn from a generator seeded by the run seed and the
-    aggregation (version, updates received), never the global RNG, so runs and resumed runs are identical.
+    fit start), which then only post-processes it: a later step callback must be one of ``POST_PROCESSING_STEPS``
+    (:class:`AdaptiveServerOptimizer`: FedAvgM's momentum, FADAS); any other (FedDyn's correction, FedHist's INA),
+    which reads the un-noised updates after the noise, is refused at fit start. The noise is drawn from a
+    generator seeded by the run seed and the aggregation (version, updates received),
+    never the global RNG, so runs and resumed runs are identical.
 
     **Accounting.** Each aggregation is one step of the subsampled Gaussian mechanism with noise multiplier
     :math:`z` and sample rate :math:`q = K / N` (updates in the aggregation over clients), composed with Opacus's
@@ -126,7 +144,10 @@ class GaussianAggregateNoise(ServerCallback):
     Asynchronous arrivals are *not* Poisson sampling (who arrives depends on device speed and on the previous
     dispatches), so this :math:`\varepsilon` is the standard approximation, not a proof. The denominator of
     ``normalize=True`` and of :class:`ModelAverage` depends on who participated; the sensitivity is taken with the
-    aggregation's weights as given, as in the fixed-denominator analysis. The weights :math:`p_i` are taken as
+    aggregation's weights as given, as in the fixed-denominator analysis. :class:`Mixing`'s step also carries
+    :math:`\alpha_t (w_{o_i} - w_t)`, which exists only when client :math:`i` takes part: the noise
+    :math:`\alpha_t z C` assumes participation public (replace-one neighbours); under add/remove the sensitivity is
+    :math:`\alpha_t (C + \lVert w_{o_i} - w_t \rVert)` (``docs/privacy.md``). The weights :math:`p_i` are taken as
     public: a weight callback other than those of ``PUBLIC_WEIGHTS`` (staleness, data size), e.g. similarity or
     history weights, which read the updates, draws a warning at fit start: the noise scale then depends on private
     data.
@@ -146,6 +167,8 @@ class GaussianAggregateNoise(ServerCallback):
     def __init__(self, noise_multiplier: float, delta: float = 1e-5, max_epsilon: float | None = None) -> None:
         check_number("noise_multiplier", noise_multiplier, 0)
         check_number("delta", delta, 0, 1, open_min=True, open_max=True)
+        if noise_multiplier > 0:
+            require_opacus("GaussianAggregateNoise")
         if max_epsilon is not None:
             check_number("max_epsilon", max_epsilon, 0, open_min=True)
             check(noise_multiplier > 0, f"max_epsilon={max_epsilon} needs noise_multiplier > 0 (z=0 spends inf)")
@@ -174,6 +197,17 @@ class GaussianAggregateNoise(ServerCallback):
             "GaussianAggregateNoise must be the first server callback that transforms the step (noise before any "
             f"server optimizer); {type(steppers[0]).__name__} comes before it",
         )
+        for cb in steppers[1:]:
+            check(
+                isinstance(cb, POST_PROCESSING_STEPS),
+                f"{type(cb).__name__} transforms the step after the noise and may read the updates, which the noise "
+                f"does not cover; only pure post-processing of the noised step is allowed after it "
+                f"({', '.join(c.__name__ for c in POST_PROCESSING_STEPS)} and subclasses, e.g. ServerMomentum). "
+                + next(
+                    (hint for kind, hint in _STEP_ALTERNATIVES.items() if isinstance(cb, kind)),
+                    "Use mode='local', where the server sees only noised updates",
+                ),
+            )
         check(
             server.param_numel == server.weights.numel(),
             "central DP noises the parameters' step, but this model has floating buffers (BatchNorm running "
@@ -186,6 +220,19 @@ class GaussianAggregateNoise(ServerCallback):
             for cb in server.callbacks
             if _overrides(cb, "weight_update") and not isinstance(cb, PUBLIC_WEIGHTS)
         ]
+        gates = [
+            type(cb).__name__
+            for cb in server.callbacks
+            if _overrides(cb, "reject_update") and not isinstance(cb, (StalenessBound, GaussianAggregateNoise))
+        ]
+        if gates:
+            warnings.warn(
+                f"{', '.join(gates)} may accept or reject updates by their content (e.g. their unclipped norm): "
+                "which updates are aggregated then depends on private data, which the epsilon reported does not "
+                "account for (public rejections: StalenessBound, the privacy budget)",
+                UserWarning,
+                stacklevel=2,
+            )
         if private:
             warnings.warn(
                 f"{', '.join(private)} may compute aggregation weights from the updates' content: the noise is "
