@@ -88,8 +88,16 @@ class LocalEngine:
         callbacks: Client callbacks.
         device: Training device.
         onednn: ``torch.backends.mkldnn.enabled`` while a job trains (restored afterwards); ``None``: leave it.
-        silence_log: Make the copy's ``self.log`` a no-op (engines without a ``lightning.Trainer``).
+
+    An engine takes these arguments (a subclass adds its own after them) and says in :meth:`check_module` what
+    module it refuses.
     """
+
+    #: Make the copy's ``self.log`` a no-op (engines without a ``lightning.Trainer``).
+    silence_log: bool = True
+
+    def check_module(self, module: L.LightningModule) -> None:
+        """Refuse a module this engine cannot train, before anything is copied (default: none)."""
 
     def __init__(
         self,
@@ -99,12 +107,12 @@ class LocalEngine:
         callbacks: Sequence[ClientCallback] = (),
         device: torch.device | str = "cpu",
         onednn: bool | None = None,
-        silence_log: bool = True,
     ) -> None:
+        self.check_module(module)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.device = torch.device(device)
-        if silence_log:
+        if self.silence_log:
             workspace = ModelWorkspace(module, self.device)
             self.module, self.flat = workspace.module, workspace.flat
         else:

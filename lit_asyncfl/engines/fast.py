@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import lightning as L
 import torch
 from torch import Tensor
@@ -14,7 +12,7 @@ from lit_asyncfl.engines.base import LocalEngine, parse_optimizers
 __all__ = ["LocalTrainer", "parse_optimizers"]
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.core.workspace import _no_log
-from lit_asyncfl.data.shards import ClientShards, DatasetShards, steps_per_epoch
+from lit_asyncfl.data.shards import steps_per_epoch
 from lit_asyncfl.engines.kernels import OneDNN
 from lit_asyncfl.loops.job_trainer import JobTrainer
 from lit_asyncfl.loops.validation_loop import JobLog
@@ -29,32 +27,17 @@ class LocalTrainer(LocalEngine):
     configured. What ``training_step`` logs with ``self.log`` becomes the update's ``metrics`` (the job's means);
     ``self.trainer`` is a
     :class:`~lit_asyncfl.loops.JobTrainer` (epoch, step, the job's step counts; anything else is
-    refused naming ``engine="lightning"``, for modules that need a full ``lightning.Trainer``).
-
-    Args:
-        module: The user's module; a private deep copy is trained.
-        shards: The clients' data.
-        batch_size: Local mini-batch size.
-        callbacks: Client callbacks.
-        device: Training device.
-        onednn: ``torch.backends.mkldnn.enabled`` while a job trains (restored afterwards); ``None``: leave it.
+    refused naming ``engine="lightning"``, for modules that need a full ``lightning.Trainer``). Takes the arguments
+    of :class:`~lit_asyncfl.engines.LocalEngine`.
     """
 
-    def __init__(
-        self,
-        module: L.LightningModule,
-        shards: ClientShards | DatasetShards,
-        batch_size: int,
-        callbacks: Sequence[ClientCallback] = (),
-        device: torch.device | str = "cpu",
-        onednn: bool | None = None,
-    ) -> None:
+    def check_module(self, module: L.LightningModule) -> None:
+        """Refuse manual optimization (only ``engine="lightning"`` runs it)."""
         if not module.automatic_optimization:
             raise ValueError(
                 f"{type(module).__name__} uses manual optimization, which the fast local trainer does not run; "
                 "use automatic optimization (training_step returns the loss)"
             )
-        super().__init__(module, shards, batch_size, callbacks, device, onednn)
 
     def train(self, job: ClientJob, start_weights: Tensor, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
         """Run ``job.local_epochs`` epochs (or ``job.local_steps`` steps) from ``start_weights``; return the update.

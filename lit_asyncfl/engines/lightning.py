@@ -6,7 +6,7 @@ import importlib
 import importlib.metadata
 import logging
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -160,30 +160,17 @@ class LightningLocalTrainer(LocalEngine):
     Each Trainer has no logger, no checkpointing, no progress bar, no model summary and no validation; it trains
     ``job.local_epochs`` epochs. Most of a Trainer's construction time is Lightning's scan of the installed
     packages' entry points for external callbacks; the engine scans once and reuses the list (the factories are
-    still called for every Trainer), since the installed packages do not change during a run.
-
-    Args:
-        module: The user's module; a private deep copy is trained.
-        shards: The clients' data.
-        batch_size: Local mini-batch size.
-        callbacks: Client callbacks.
-        device: Training device.
-        onednn: ``torch.backends.mkldnn.enabled`` while a job trains (restored afterwards); ``None``: leave it.
+    still called for every Trainer), since the installed packages do not change during a run. Takes the arguments
+    of :class:`~lit_asyncfl.engines.LocalEngine`.
     """
 
-    def __init__(
-        self,
-        module: L.LightningModule,
-        shards: ClientShards | DatasetShards,
-        batch_size: int,
-        callbacks: Sequence[ClientCallback] = (),
-        device: torch.device | str = "cpu",
-        onednn: bool | None = None,
-    ) -> None:
-        super().__init__(module, shards, batch_size, callbacks, device, onednn, silence_log=False)  # Trainer logs
+    silence_log = False  # the job's Trainer handles self.log
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._entry_points: dict[Any, tuple[Any, ...]] = {}
         self.optimizer: torch.optim.Optimizer | None = None
-        self.package = namespaces.package_of(module)  # lightning.pytorch or pytorch_lightning: its Trainer runs jobs
+        self.package = namespaces.package_of(self.module)  # lightning.pytorch or pytorch_lightning
 
     def _trainer(self, epochs: int, hooks: Any, max_steps: int | None = None) -> L.Trainer:
         accelerator = "gpu" if self.device.type == "cuda" else "cpu"
