@@ -64,6 +64,9 @@ PARTITIONERS = {
     "square": lambda: fp.SquarePartitioner(num_partitions=6),
     "exponential": lambda: fp.ExponentialPartitioner(num_partitions=6),
     "natural-id": lambda: fp.NaturalIdPartitioner(partition_by="writer"),
+    "grouped-natural-id": lambda: fp.GroupedNaturalIdPartitioner(partition_by="writer", group_size=2),
+    "size": lambda: fp.SizePartitioner([10, 30, 50, 70, 40, 40]),
+    "continuous": lambda: fp.ContinuousPartitioner(num_partitions=6, partition_by="row", strictness=0.5, seed=4),
 }
 
 
@@ -234,3 +237,24 @@ def test_a_flower_partitioner_is_configured_by_class_path_on_the_cli(tmp_path):
     partitioner = cli.datamodule.partitioner
     assert isinstance(partitioner, FlowerPartitioner) and isinstance(partitioner.partitioner, fp.DirichletPartitioner)
     assert partitioner.settings["num_partitions"] == 10 and partitioner.settings["seed"] == 1
+
+
+def test_the_docs_example_trains_one_client_per_writer(tmp_path, monkeypatch):
+    """The Python example of docs/lightning.md's Flower section runs as written."""
+    import re
+    from pathlib import Path
+
+    root = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
+    text = (root / "docs" / "lightning.md").read_text()
+    code = re.search(r"<!-- test: flower -->\n```python\n(.*?)```", text, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "docs_flower"}
+    exec(compile(code, "docs/lightning.md", "exec"), namespace)
+    trainer, by_writer = namespace["trainer"], namespace["by_writer"]
+    assert trainer.summary["versions"] == 20
+    writers = np.asarray(namespace["train"]["writer"])
+    for client, part in enumerate(by_writer.client_shards(10, seed=0).indices_numpy()):
+        assert set(writers[part]) == {f"w{client}"}
+    skewed = namespace["skewed"]
+    skewed.setup("fit")
+    assert sum(skewed.client_shards(10, seed=0).num_samples(c) for c in range(10)) == 300
