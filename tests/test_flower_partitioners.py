@@ -54,7 +54,7 @@ def make_dataset(n: int = N, seed: int = 0) -> datasets.Dataset:
     return datasets.Dataset.from_dict(make_rows(n, seed), features=features)
 
 
-PARTITIONERS = {
+FLOWER = {
     "iid": lambda: fp.IidPartitioner(num_partitions=6),
     "dirichlet": lambda: fp.DirichletPartitioner(6, "label", alpha=0.5, min_partition_size=5, seed=3),
     "inner-dirichlet": lambda: fp.InnerDirichletPartitioner([30, 50, 40, 40, 60, 20], "label", alpha=0.4, seed=1),
@@ -76,11 +76,11 @@ def flower_rows(partitioner, dataset: datasets.Dataset) -> list[list[int]]:
     return [sorted(partitioner.load_partition(i)["row"]) for i in range(partitioner.num_partitions)]
 
 
-@pytest.mark.parametrize("name", sorted(PARTITIONERS))
+@pytest.mark.parametrize("name", sorted(FLOWER))
 def test_clients_hold_exactly_the_partitions_flower_gives(name):
     train = make_dataset()
-    expected = flower_rows(PARTITIONERS[name](), train)
-    dm = HuggingFaceDataModule(train, make_dataset(40, seed=1), input_column="x", partition=PARTITIONERS[name]())
+    expected = flower_rows(FLOWER[name](), train)
+    dm = HuggingFaceDataModule(train, make_dataset(40, seed=1), input_column="x", partition=FLOWER[name]())
     dm.setup("fit")
     assert isinstance(dm.partitioner, FlowerPartitioner)
     with warnings.catch_warnings():

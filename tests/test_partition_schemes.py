@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lit_asyncfl.data import DigitsDataModule, Natural, Partitioner, Shards
-from lit_asyncfl.data.partition import resolve_partitioner
+from lit_asyncfl.data.partition import PARTITIONERS, resolve_partitioner
 
 
 def _mcmahan_reference(targets: np.ndarray, num_clients: int, per_client: int, rng: np.random.Generator):
@@ -71,6 +71,7 @@ def test_pathological_is_deterministic_given_the_seed_and_moves_with_it():
 
 def test_the_pathological_name_is_two_classes_per_client():
     assert repr(resolve_partitioner("pathological")) == "Shards(shards_per_client=2, distinct_classes=True)"
+    assert repr(PARTITIONERS["pathological"]()) == "Shards(shards_per_client=2, distinct_classes=True)"
     with pytest.raises(ValueError, match=r"alpha=0\.3 only applies to partition='dirichlet', not 'pathological'"):
         resolve_partitioner("pathological", alpha=0.3)
 

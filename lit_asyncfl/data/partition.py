@@ -7,6 +7,8 @@ per client and class), as saved with every run (``partition.csv``).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -511,11 +513,12 @@ def partition_counts(targets: np.ndarray, parts: list[np.ndarray], num_classes: 
     return np.stack([np.bincount(targets[p], minlength=k)[:k] for p in parts]).astype(np.int64)
 
 
-PARTITIONERS: dict[str, type[Partitioner]] = {
+#: The partitions ``partition=`` names, each a callable that makes it with its defaults.
+PARTITIONERS: dict[str, Callable[[], Partitioner]] = {
     "iid": IID,
     "dirichlet": Dirichlet,
     "shards": Shards,
-    "pathological": Shards,
+    "pathological": functools.partial(Shards, 2, distinct_classes=True),
     "quantity": QuantitySkew,
     "natural": Natural,
 }
@@ -552,8 +555,6 @@ def resolve_partitioner(partition: PartitionArg, alpha: float | None = None, nam
     )
     if partition == "dirichlet":
         return Dirichlet(0.5 if alpha is None else alpha)
-    if alpha is None and partition == "pathological":
-        return Shards(2, distinct_classes=True)
     if alpha is not None:
         raise ValueError(f"alpha={alpha!r} only applies to partition='dirichlet', not {partition!r}")
     return PARTITIONERS[partition]()
