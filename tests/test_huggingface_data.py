@@ -129,3 +129,19 @@ def test_unusable_sources_are_refused_naming_the_alternative():
         HuggingFaceDataModule(ds, ds, input_column="x", label_column="x")
     with pytest.raises(ValueError, match="transform must be a function value -> Tensor or None, got 3"):
         HuggingFaceDataModule(ds, ds, input_column="x", transform=3)  # type: ignore[arg-type]
+
+
+def test_server_data_held_out_keeps_each_remaining_sample_with_its_user():
+    """Server data (e.g. FedADT's distillation set) leaves the training rows, and their columns with them."""
+    ds = table(80)
+    users = np.asarray(ds["user"])
+    dm = HuggingFaceDataModule(ds, table(10, 1), input_column="x", partition=Natural("user"))
+    dm.setup("fit")
+    server = dm.split_server_data(0.25, seed=0)
+    x_all, rest = torch.tensor(ds["x"], dtype=torch.float32), []
+    for x in dm.train_set.tensors[0]:  # the remaining rows, found by their inputs
+        rest.append(int(torch.nonzero((x_all == x).all(dim=1))[0]))
+    assert len(server) == 20 and len(rest) == 60
+    shards = dm.client_shards(len(set(users[rest])), seed=0)
+    for client, part in enumerate(shards.indices_numpy()):
+        assert set(users[rest][part]) == {sorted(set(users[rest]))[client]}
