@@ -520,6 +520,8 @@ class FederatedTrainer:
         server_set = dm.split_server_data(fraction, self.seed)  # before the clients' partition
         profiles = sample_profiles(self.device_model, self.num_clients, self.seed)
         shards = dm.client_shards(self.num_clients, self.seed, self.device, slowness=profiles.time_per_sample)
+        for callback in self.callbacks:  # e.g. PerClientEvaluation holds each client's evaluation samples out
+            shards = callback.setup_client_data(self, shards)
         smallest = min(shards.num_samples(c) for c in range(self.num_clients))
         check(
             not dm.drop_last or smallest >= dm.batch_size,
