@@ -105,7 +105,7 @@ def client_statistics(
       (lowest / highest for ``mode="max"``; the reverse for ``"min"``), as q-FFL and Ditto report them;
     - ``{prefix}_acc_p10`` ... ``_p90``: percentiles of :math:`a_i` (NumPy's linear interpolation);
     - ``{prefix}_reaching_target`` :math:`= |\{i : a_i \ge \text{target}\}|` (:math:`\le` for ``mode="min"``);
-    - ``{prefix}s_evaluated`` :math:`= K`.
+    - ``clients_evaluated`` :math:`= K`.
 
     Example:
         >>> stats = client_statistics(np.array([0.5, 1.0, 0.75]), np.array([2, 2, 4]), target=0.7)
@@ -129,7 +129,7 @@ def client_statistics(
     }
     out.update({f"{prefix}_acc_p{q}": float(v) for q, v in zip((10, 25, 50, 75, 90), percentiles)})
     out[f"{prefix}_reaching_target"] = int(reached.sum())
-    out[f"{prefix}s_evaluated"] = len(values)
+    out["clients_evaluated"] = len(values)
     return out
 
 

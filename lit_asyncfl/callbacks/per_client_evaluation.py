@@ -10,11 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from lit_asyncfl.callbacks.base import Callback
 from lit_asyncfl.callbacks.logger_connector import LoggerConnector
 from lit_asyncfl.checks import check, check_int, check_number
+from lit_asyncfl.engines import LightningLocalTrainer, LocalTrainer
+from lit_asyncfl.engines.kernels import choose_onednn
 from lit_asyncfl.per_client import SUMMARY_STATISTICS, ClientEvaluator, client_statistics, hold_out, with_indices
+from lit_asyncfl.reporting import plot_clients, write_clients_csv
 
 if TYPE_CHECKING:
     from lit_asyncfl.data.shards import ClientShards, DatasetShards
@@ -149,10 +153,11 @@ class PerClientEvaluation(Callback):
             trainer.global_model, self._shards, self.held_out, prepare, batch_size, trainer.device
         )
         if self.personalize_steps:
-            from lit_asyncfl.engines import LightningLocalTrainer, LocalTrainer
-
             engine = LightningLocalTrainer if trainer.engine == "lightning" else LocalTrainer
-            self._engine = engine(trainer.global_model, self._shards, trainer.datamodule.batch_size, (), trainer.device)
+            batch_size = trainer.datamodule.batch_size
+            probe = next(iter(self._shards.batches(int(self.clients[0]), batch_size, torch.Generator())))
+            onednn = choose_onednn(trainer.onednn, trainer.global_model, probe, trainer.device)  # the run's choice
+            self._engine = engine(trainer.global_model, self._shards, batch_size, (), trainer.device, onednn=onednn)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def on_evaluation_end(self, trainer: FederatedTrainer, metrics: dict[str, Any]) -> None:
@@ -240,8 +245,6 @@ class PerClientEvaluation(Callback):
         trainer.summary["clients_evaluated"] = final["clients_evaluated"]
         out = Path(trainer.log_dir)
         out.mkdir(parents=True, exist_ok=True)
-        from lit_asyncfl.reporting import plot_clients, write_clients_csv
-
         metric = trainer.summary.get("monitor") or "accuracy"
         plot_clients(history, out / "clients.png", trainer.algorithm.name, trainer.target_accuracy, metric)
         if self._last and self._evaluator is not None:
