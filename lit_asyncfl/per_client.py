@@ -28,6 +28,16 @@ from lit_asyncfl.engines.base import generators_kept
 from lit_asyncfl.loops.validation_loop import run_evaluation
 from lit_asyncfl.namespaces import is_overridden
 
+__all__ = [
+    "ClientEvaluator",
+    "client_statistics",
+    "hold_out",
+    "logit_sample_metrics",
+    "personalization_job",
+    "personalization_seed",
+    "with_indices",
+]
+
 #: Statistics of :func:`client_statistics`, in the order rows and the summary list them.
 STATISTICS = ("mean", "weighted", "std", "worst10", "best10", "p10", "p25", "p50", "p75", "p90")
 #: The statistics the summary keeps (the percentiles are for the plot and the history).
@@ -164,6 +174,16 @@ class ClientEvaluator:
         prepare: Turns stored inputs into model inputs (the data module's ``prepare_inputs``; no augmentation).
         batch_size: Samples per evaluation batch.
         device: Where the evaluation runs.
+
+    Example:
+        >>> from lit_asyncfl.models import LogisticRegression
+        >>> x, y = torch.randn(12, 4), torch.arange(12) % 2
+        >>> train, held = hold_out([np.arange(6), np.arange(6, 12)], 0.5, seed=0)
+        >>> evaluator = ClientEvaluator(LogisticRegression(input_dim=4, num_classes=2), ClientShards(x, y, train),
+        ...                             held, lambda v: v, batch_size=512, device=torch.device("cpu"))
+        >>> values = evaluator.evaluate(evaluator.workspace.flat.read(), np.array([0, 1]))
+        >>> sorted(values), values["val_acc"].shape
+        (['val_acc', 'val_loss'], (2,))
     """
 
     def __init__(
