@@ -118,6 +118,10 @@ class PerClientEvaluation(Callback):
     ) -> ClientShards | DatasetShards:
         """Hold each client's evaluation samples out of its training shard (see the class)."""
         dm = trainer.datamodule
+        check(
+            sum(isinstance(cb, PerClientEvaluation) for cb in trainer.callbacks) == 1,
+            "a trainer takes one PerClientEvaluation: each holds samples out of the clients' training data",
+        )
         train, self.held_out = hold_out(shards.indices_numpy(), self.holdout, trainer.seed)
         num_clients = shards.num_clients
         check(
