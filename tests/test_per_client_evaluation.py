@@ -320,3 +320,32 @@ def test_per_sample_metrics_average_to_what_validation_step_logs_else_the_loop_i
     with torch.no_grad():
         expected = [(evaluator.module(x[h]) ** 2).mean().item() for h in evaluator.held_out]
     assert np.allclose(values["val_loss"], expected, rtol=1e-6)
+
+
+def test_the_loggers_get_the_rows_and_the_summary_also_for_the_end_of_run_evaluation(tmp_path):
+    trainer = FederatedTrainer(FedAsync(concurrency=2), num_clients=5, max_versions=4, eval_every=2, logger=True,
+                               callbacks=[PerClientEvaluation(every=5)], enable_progress_bar=False,
+                               print_summary=False, default_root_dir=str(tmp_path))  # fmt: skip
+    trainer.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule())
+    with open(f"{trainer.log_dir}/metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    logged = {int(r["step"]): float(r["client_acc_mean"]) for r in rows if r.get("client_acc_mean")}
+    assert logged == pytest.approx(
+        {0: trainer.history[0]["client_acc_mean"], 4: trainer.history[-1]["client_acc_mean"]}
+    )
+    assert any(r.get("summary/client_acc_worst10") for r in rows)
+
+
+def test_personalization_under_the_lightning_engine_equals_the_fast_engine(tmp_path):
+    def fit(engine):
+        per_client = PerClientEvaluation(every=1, personalize_steps=2)
+        trainer = _trainer(tmp_path / engine, FedAsync(concurrency=2), [per_client], num_clients=3, max_versions=2,
+                           eval_every=2, engine=engine)  # fmt: skip
+        torch.manual_seed(0)
+        trainer.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule())
+        return per_client._last
+
+    fast, lightning = fit("fast"), fit("lightning")
+    assert fast.keys() == lightning.keys()
+    for key in fast:
+        assert np.array_equal(fast[key], lightning[key]), key
