@@ -349,3 +349,36 @@ def test_personalization_under_the_lightning_engine_equals_the_fast_engine(tmp_p
     assert fast.keys() == lightning.keys()
     for key in fast:
         assert np.array_equal(fast[key], lightning[key]), key
+
+
+def test_a_dataset_read_sample_by_sample_is_evaluated_per_client_by_hand(tmp_path):
+    import lightning as L
+    from torch.utils.data import DataLoader, Dataset
+
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(90, 64, generator=gen), torch.randint(0, 10, (90,), generator=gen)
+
+    class Pairs(Dataset):  # not a TensorDataset: the clients' shards read it sample by sample
+        def __len__(self):
+            return 60
+
+        def __getitem__(self, i):
+            return x[i], y[i]
+
+    class Data(L.LightningDataModule):
+        def train_dataloader(self):
+            return DataLoader(Pairs(), batch_size=4)
+
+        def val_dataloader(self):
+            return DataLoader(list(zip(x[60:], y[60:])), batch_size=16)
+
+    per_client = PerClientEvaluation(holdout=0.3)
+    trainer = _trainer(tmp_path, FedAsync(concurrency=2), [per_client], num_clients=4, max_versions=3, eval_every=3,
+                       engine="cohort")  # fmt: skip
+    trainer.fit(LogisticRegression(input_dim=64), datamodule=Data())
+    assert type(per_client._shards).__name__ == "DatasetShards"
+    model = trainer.global_model.eval()
+    with torch.no_grad():
+        accs = [(model(x[h]).argmax(-1) == y[h]).double().mean().item() for h in per_client.held_out]
+    assert per_client._last["client_val_acc"] == pytest.approx(accs, abs=1e-12)
+    assert trainer.history[-1]["client_acc_mean"] == pytest.approx(np.mean(accs), abs=1e-12)
