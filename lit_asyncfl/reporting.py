@@ -276,3 +276,71 @@ def mean_std(values: Sequence[float], digits: int = 4) -> str:
     if len(values) == 1:
         return f"{values[0]:,.{digits}f}"
     return f"{statistics.mean(values):,.{digits}f} ± {statistics.stdev(values):,.{digits}f}"
+
+
+def plot_clients(
+    history: Sequence[dict[str, Any]],
+    path: str | Path,
+    title: str,
+    target: float | None = None,
+    metric: str = "accuracy",
+) -> None:
+    """Save the distribution over clients of the monitored metric against virtual time: the 10-90% and 25-75%
+    percentile bands, the median, the mean and the worst 10% of the per-client evaluations, with the global
+    evaluation's value (a second panel for the personalized values when there are any)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    prefixes = [p for p in ("client", "personalized") if any(f"{p}_acc_p50" in r for r in history)]
+    if not prefixes:
+        return
+    fig, axes = plt.subplots(1, len(prefixes), figsize=(6.5 * len(prefixes), 4), squeeze=False)
+    for ax, prefix in zip(axes[0], prefixes):
+        rows = [r for r in history if f"{prefix}_acc_p50" in r]
+        times = [r["virtual_time"] for r in rows]
+        stats = ("p10", "p25", "p50", "p75", "p90", "mean", "worst10")
+        col = {q: [r[f"{prefix}_acc_{q}"] for r in rows] for q in stats}
+        for low, high, alpha in (("p10", "p90", 0.2), ("p25", "p75", 0.35)):
+            label = f"clients {low[1:]}-{high[1:]}%"
+            ax.fill_between(times, col[low], col[high], alpha=alpha, color="tab:blue", linewidth=0, label=label)
+        ax.plot(times, col["p50"], color="tab:blue", label="median client")
+        ax.plot(times, col["mean"], color="tab:orange", linestyle="--", label="mean over clients")
+        ax.plot(times, col["worst10"], color="tab:red", linestyle=":", label="worst 10% of clients")
+        glob = [(r["virtual_time"], r["accuracy"]) for r in history if r.get("accuracy") is not None]
+        if glob:
+            ax.plot(*zip(*glob), color="black", linewidth=1, label="global model (validation set)")
+        if target is not None:
+            ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
+        values = [v for q in col.values() for v in q]
+        if all(0 <= v <= 1 for v in values):
+            ax.set_ylim(0, 1)
+        ax.set_xlabel("virtual time (s)")
+        ax.set_ylabel(f"{metric} per client" + (" (personalized)" if prefix == "personalized" else ""))
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=7)
+    fig.suptitle(f"{title}: {rows[-1]['clients_evaluated']} clients, held-out samples")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_clients_csv(
+    clients: np.ndarray, num_samples: np.ndarray, values: dict[str, np.ndarray], path: str | Path
+) -> None:
+    """Save one row per evaluated client: its held-out sample count and each metric's last value.
+
+    Example:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "clients.csv"
+        >>> write_clients_csv(np.array([0, 2]), np.array([3, 1]), {"client_val_acc": np.array([1.0, 0.5])}, p)
+        >>> p.read_text().splitlines()
+        ['client,num_held_out,client_val_acc', '0,3,1.0', '2,1,0.5']
+    """
+    names = sorted(values)
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["client", "num_held_out", *names])
+        for position, client in enumerate(clients):
+            writer.writerow([int(client), int(num_samples[position]), *(float(values[n][position]) for n in names)])

@@ -17,6 +17,7 @@ DOCS = ROOT / "docs"
 PAGES = [*sorted(p for p in DOCS.glob("*.md")), ROOT / "README.md"]
 TESTED_BLOCKS = {"python-api", "callbacks", "custom-algorithm", "preset", "device-model", "partitioner", "privacy",
                  "flower"}  # flower: run by tests/test_flower_partitioners.py
+TESTED_BLOCKS |= {"per-client"}
 
 
 def _text(name: str) -> str:
@@ -89,6 +90,13 @@ def test_privacy_example_reports_epsilon(capsys):
     summary = namespace["trainer"].summary
     assert 0 < summary["dp_epsilon"] < float("inf") and summary["dp_steps"] == 5
     assert capsys.readouterr().out.split() == [str(summary["dp_epsilon"]), "1e-05"]
+
+
+def test_per_client_example_reports_the_clients_and_personalized_accuracy(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    namespace = _run("per_client.md", "per-client")
+    assert namespace["trainer"].summary["clients_evaluated"] == 20
+    assert len(capsys.readouterr().out.split()) == 3
 
 
 def test_preset_example_records_and_checks_its_arguments():

@@ -4,6 +4,7 @@ User callbacks, passed as ``FederatedTrainer(callbacks=[...])`` or ``--trainer.c
 
 - :class:`ModelCheckpoint`: keep the best global models by a monitored metric (Lightning checkpoints).
 - :class:`EarlyStopping`: stop when the monitored global metric stops improving.
+- :class:`PerClientEvaluation`: evaluate the global (and fine-tuned) model on every client's held-out samples.
 - :class:`Callback`: the base class of your own.
 
 Built in (every trainer has them; see each for its trainer argument): :class:`ProgressBar`
@@ -17,6 +18,7 @@ from lit_asyncfl.callbacks.early_stopping import EarlyStopping
 from lit_asyncfl.callbacks.interrupt import InterruptHandler
 from lit_asyncfl.callbacks.logger_connector import LoggerConnector
 from lit_asyncfl.callbacks.model_checkpoint import ModelCheckpoint
+from lit_asyncfl.callbacks.per_client_evaluation import PerClientEvaluation
 from lit_asyncfl.callbacks.progress import ProgressBar
 from lit_asyncfl.callbacks.run_checkpoint import RunCheckpoint
 from lit_asyncfl.callbacks.run_outputs import RunOutputs
@@ -27,6 +29,7 @@ __all__ = [
     "InterruptHandler",
     "LoggerConnector",
     "ModelCheckpoint",
+    "PerClientEvaluation",
     "ProgressBar",
     "RunCheckpoint",
     "RunOutputs",

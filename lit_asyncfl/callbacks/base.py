@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientUpdate
+    from lit_asyncfl.data.shards import ClientShards, DatasetShards
     from lit_asyncfl.trainer import FederatedTrainer
 
 
@@ -53,6 +54,14 @@ class Callback:
     def _generate_state_key(self, **kwargs: Any) -> str:
         """A state key made of the class name and the arguments that distinguish two instances."""
         return f"{type(self).__qualname__}{kwargs!r}"
+
+    def setup_client_data(
+        self, trainer: FederatedTrainer, shards: ClientShards | DatasetShards
+    ) -> ClientShards | DatasetShards:
+        """Called once the training set is split into clients, before anything trains (also when resuming); returns
+        the shards the clients train on (default: ``shards`` unchanged). E.g.
+        :class:`~lit_asyncfl.callbacks.PerClientEvaluation` holds some of each client's samples out."""
+        return shards
 
     def on_fit_start(self, trainer: FederatedTrainer) -> None:
         """Called when the run is built (and restored from its checkpoint, when resuming), before the first event."""

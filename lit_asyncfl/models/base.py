@@ -70,6 +70,28 @@ class ClassificationModule(L.LightningModule):
         """The training and evaluation loss of ``logits`` against integer labels ``y`` (here cross-entropy)."""
         return F.cross_entropy(logits, y)
 
+    def sample_loss(self, logits: Tensor, y: Tensor) -> Tensor:
+        """The loss of each sample, whose mean is :meth:`loss` (here per-sample cross-entropy). A subclass that
+        overrides :meth:`loss` overrides this too, or per-client evaluation falls back to one evaluation loop per
+        client."""
+        if type(self).loss is not ClassificationModule.loss:
+            raise NotImplementedError(f"{type(self).__name__} overrides loss() but not sample_loss()")
+        return F.cross_entropy(logits, y, reduction="none")
+
+    def per_sample_metrics(self, batch: list[Tensor], prefix: str = "val") -> dict[str, Tensor]:
+        """What ``validation_step`` (``prefix="val"``) or ``test_step`` logs, one value per sample: their means over
+        any set of samples are what the step logs for it (per-client evaluation batches all clients with it).
+
+        Example:
+            >>> from lit_asyncfl.models import LogisticRegression
+            >>> m = LogisticRegression(input_dim=2, num_classes=2)
+            >>> {k: v.shape for k, v in m.per_sample_metrics([torch.zeros(3, 2), torch.tensor([0, 1, 1])]).items()}
+            {'val_loss': torch.Size([3]), 'val_acc': torch.Size([3])}
+        """
+        x, y = batch
+        logits = self(x)
+        return {f"{prefix}_loss": self.sample_loss(logits, y), f"{prefix}_acc": (logits.argmax(-1) == y).float()}
+
     def training_step(self, batch: list[Tensor], batch_idx: int) -> Tensor:
         x, y = batch
         loss = self.loss(self(x), y)

@@ -121,3 +121,7 @@ class LinearSVM(ClassificationModule):
     def loss(self, logits: Tensor, y: Tensor) -> Tensor:
         """The multi-class hinge loss (``multi_margin_loss`` with ``margin``), averaged over the batch."""
         return F.multi_margin_loss(logits, y, margin=self.margin)
+
+    def sample_loss(self, logits: Tensor, y: Tensor) -> Tensor:
+        """The hinge loss of each sample (its mean is :meth:`loss`)."""
+        return F.multi_margin_loss(logits, y, margin=self.margin, reduction="none")

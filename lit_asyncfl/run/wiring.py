@@ -65,6 +65,8 @@ def build_run(
     server_set = dm.split_server_data(fraction, seed)  # before the clients' partition
     profiles = sample_profiles(trainer.device_model, num_clients, seed)
     shards = dm.client_shards(num_clients, seed, device, slowness=profiles.time_per_sample)
+    for callback in trainer.callbacks:  # e.g. PerClientEvaluation holds each client's evaluation samples out
+        shards = callback.setup_client_data(trainer, shards)
     smallest = min(shards.num_samples(c) for c in range(num_clients))
     check(
         not dm.drop_last or smallest >= dm.batch_size,
