@@ -78,6 +78,14 @@ def run_cell(preset: str, engine: str, executor: str) -> dict[str, str]:
     return {"sha256": digest.hexdigest(), "versions": str(trainer.summary["versions"])}
 
 
+def _private_ray() -> None:
+    """A Ray instance of this process's own (never a cluster another process started on this machine)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+
 def cells() -> list[tuple[str, str, str]]:
     from lit_asyncfl.algorithms import PRESETS
 
@@ -100,6 +108,8 @@ def main() -> int:
         if executor == "ray" and args.no_ray:
             continue
         key = f"{preset}/{engine}/{executor}"
+        if executor == "ray":
+            _private_ray()
         results[key] = run_cell(preset, engine, executor)
         print(f"{key}: {results[key]}", file=sys.stderr, flush=True)
     with contextlib.suppress(Exception):
