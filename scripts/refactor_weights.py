@@ -98,6 +98,7 @@ def main() -> int:
     parser.add_argument("--out", help="write the fingerprints (JSON) here")
     parser.add_argument("--compare", help="a JSON written by --out: print identical/different per cell")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray cells")
+    parser.add_argument("--only", help="run only the cells whose name (preset/engine/executor) contains this")
     args = parser.parse_args()
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
@@ -105,9 +106,9 @@ def main() -> int:
     results: dict[str, dict[str, str]] = {}
     start = time.perf_counter()
     for preset, engine, executor in cells():
-        if executor == "ray" and args.no_ray:
-            continue
         key = f"{preset}/{engine}/{executor}"
+        if (executor == "ray" and args.no_ray) or (args.only and args.only not in key):
+            continue
         if executor == "ray":
             _private_ray()
         results[key] = run_cell(preset, engine, executor)
@@ -133,7 +134,7 @@ def main() -> int:
             print(f"{key}: {'identical' if same else f'DIFFERENT (before {before.get(key)}, now {value})'}")
         missing = sorted(set(before) - set(results))
         if missing:
-            print(f"not run now: {', '.join(missing)}")
+            print(f"not run now: {len(missing)} cells" if args.only else f"not run now: {', '.join(missing)}")
         print(f"cells={len(results)} identical={identical}")
         return 0 if identical == len(results) else 1
     return 0

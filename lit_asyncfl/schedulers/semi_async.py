@@ -163,7 +163,15 @@ class SemiAsyncRounds(SemiAsyncRoundState, Scheduler):
 
     @staticmethod
     def _latencies(sim: SchedulerView, bandwidth: np.ndarray, size: float) -> tuple[np.ndarray, np.ndarray]:
-        """Each device's computation and upload latency this round (:math:`T^{cmp}_i`, :math:`T^U_i`)."""
+        """Each device's computation and upload latency this round (:math:`T^{cmp}_i`, :math:`T^U_i`).
+
+        The paper's rules, not the device model's :meth:`~lit_asyncfl.devices.DeviceModel.job_timing`, on purpose:
+        :math:`T^{cmp}_i = \\Delta_i E / g_i` counts the whole shard :math:`\\Delta_i = n_i` every epoch (the
+        device model counts the samples a job processes, fewer with ``drop_last=True``), multiplied as
+        ``(time_per_sample * n_i) * E`` (for ``E > 1`` not always the same float as the device model's
+        ``time_per_sample * (n_i E)``: unifying them would move ASFL's runs by a rounding), and the upload uses
+        this round's bandwidth at the device's current position.
+        """
         compute = sim.profiles.time_per_sample * sim.num_samples * sim.local_epochs
         return compute, np.array([upload_latency(size, float(b)) for b in bandwidth])
 
