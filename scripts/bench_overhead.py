@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
-from lit_asyncfl.client.fast_engine import LocalTrainer
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.core.update import ClientJob, JobTiming
 from lit_asyncfl.data import DigitsDataModule
+from lit_asyncfl.engines.fast import FastEngine
 from lit_asyncfl.models import LeNet5
 
 
@@ -59,7 +59,7 @@ def main() -> None:
     dm.setup("fit")
     shards = dm.client_shards(args.clients, seed=0)
     model = LeNet5(lr=0.05)
-    fast = LocalTrainer(model, shards, args.batch_size)
+    fast = FastEngine(model, shards, args.batch_size)
     raw_model = LeNet5(lr=0.05)
     sliced = [(shards.inputs[i], shards.targets[i]) for i in shards.indices]  # pre-sliced per client
     start = fast.flat.read()

@@ -78,6 +78,14 @@ def run_cell(preset: str, engine: str, executor: str) -> dict[str, str]:
     return {"sha256": digest.hexdigest(), "versions": str(trainer.summary["versions"])}
 
 
+def _private_ray() -> None:
+    """A Ray instance of this process's own (never a cluster another process started on this machine)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+
 def cells() -> list[tuple[str, str, str]]:
     from lit_asyncfl.algorithms import PRESETS
 
@@ -90,6 +98,7 @@ def main() -> int:
     parser.add_argument("--out", help="write the fingerprints (JSON) here")
     parser.add_argument("--compare", help="a JSON written by --out: print identical/different per cell")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray cells")
+    parser.add_argument("--only", help="run only the cells whose name (preset/engine/executor) contains this")
     args = parser.parse_args()
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
@@ -97,9 +106,11 @@ def main() -> int:
     results: dict[str, dict[str, str]] = {}
     start = time.perf_counter()
     for preset, engine, executor in cells():
-        if executor == "ray" and args.no_ray:
-            continue
         key = f"{preset}/{engine}/{executor}"
+        if (executor == "ray" and args.no_ray) or (args.only and args.only not in key):
+            continue
+        if executor == "ray":
+            _private_ray()
         results[key] = run_cell(preset, engine, executor)
         print(f"{key}: {results[key]}", file=sys.stderr, flush=True)
     with contextlib.suppress(Exception):
@@ -123,7 +134,7 @@ def main() -> int:
             print(f"{key}: {'identical' if same else f'DIFFERENT (before {before.get(key)}, now {value})'}")
         missing = sorted(set(before) - set(results))
         if missing:
-            print(f"not run now: {', '.join(missing)}")
+            print(f"not run now: {len(missing)} cells" if args.only else f"not run now: {', '.join(missing)}")
         print(f"cells={len(results)} identical={identical}")
         return 0 if identical == len(results) else 1
     return 0

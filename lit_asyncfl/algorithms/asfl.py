@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import hyperparameters
-from lit_asyncfl.algorithms.semi_async import SemiAsyncAlgorithm
+from lit_asyncfl.algorithms.semi_async import DECAY, SemiAsyncAlgorithm, round_settings
 from lit_asyncfl.rl.controllers import RoundController, SACController
 from lit_asyncfl.schedulers.selection import UtilitySelection
+from lit_asyncfl.schedulers.semi_async import ALPHA_PREF, BETA_PREF, MAX_LATENCY, ROUNDS, SELECTED
 
 
 class ASFL(SemiAsyncAlgorithm):
@@ -57,12 +58,12 @@ class ASFL(SemiAsyncAlgorithm):
         self,
         controller: RoundController | None = None,
         policy: str | None = None,
-        selected: int | float = 10,
-        rounds: int = 50,
-        max_latency: float = 5000.0,
-        alpha_pref: float = 0.07,
-        beta_pref: float = 0.09,
-        decay: float = 0.9,
+        selected: int | float = SELECTED,
+        rounds: int = ROUNDS,
+        max_latency: float = MAX_LATENCY,
+        alpha_pref: float = ALPHA_PREF,
+        beta_pref: float = BETA_PREF,
+        decay: float = DECAY,
         reward: str = "round",
     ) -> None:
         hparams = hyperparameters(locals())
@@ -71,12 +72,6 @@ class ASFL(SemiAsyncAlgorithm):
         super().__init__(
             controller=controller if controller is not None else SACController(policy=policy),
             selection=UtilitySelection(),
-            selected=selected,
-            rounds=rounds,
-            max_latency=max_latency,
-            alpha_pref=alpha_pref,
-            beta_pref=beta_pref,
-            decay=decay,
-            reward=reward,
             hparams=hparams,
+            **round_settings(hparams),
         )

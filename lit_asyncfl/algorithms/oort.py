@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import hyperparameters
-from lit_asyncfl.algorithms.semi_async import SemiAsyncAlgorithm
+from lit_asyncfl.algorithms.semi_async import SemiAsyncAlgorithm, round_settings
 from lit_asyncfl.rl.controllers import FixedAction
 from lit_asyncfl.schedulers.selection import OortSelection
+from lit_asyncfl.schedulers.semi_async import ALPHA_PREF, BETA_PREF, MAX_LATENCY, ROUNDS, SELECTED
 
 
 class Oort(SemiAsyncAlgorithm):
@@ -31,20 +32,16 @@ class Oort(SemiAsyncAlgorithm):
         self,
         penalty: float = 2.0,
         preferred_duration: float | None = None,
-        selected: int | float = 10,
-        rounds: int = 50,
-        max_latency: float = 5000.0,
-        alpha_pref: float = 0.07,
-        beta_pref: float = 0.09,
+        selected: int | float = SELECTED,
+        rounds: int = ROUNDS,
+        max_latency: float = MAX_LATENCY,
+        alpha_pref: float = ALPHA_PREF,
+        beta_pref: float = BETA_PREF,
     ) -> None:
         hparams = hyperparameters(locals())
         super().__init__(
             controller=FixedAction(num_picked=None, lag_tolerance=0),
             selection=OortSelection(penalty, preferred_duration),
-            selected=selected,
-            rounds=rounds,
-            max_latency=max_latency,
-            alpha_pref=alpha_pref,
-            beta_pref=beta_pref,
             hparams=hparams,
+            **round_settings(hparams),
         )

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import hyperparameters
-from lit_asyncfl.algorithms.semi_async import SemiAsyncAlgorithm
+from lit_asyncfl.algorithms.semi_async import DECAY, SemiAsyncAlgorithm, round_settings
 from lit_asyncfl.rl.controllers import FixedAction
 from lit_asyncfl.schedulers.selection import RandomSelection
+from lit_asyncfl.schedulers.semi_async import ALPHA_PREF, BETA_PREF, MAX_LATENCY, ROUNDS, SELECTED
 
 
 class SAFA(SemiAsyncAlgorithm):
@@ -32,23 +33,18 @@ class SAFA(SemiAsyncAlgorithm):
         self,
         num_picked: int = 5,
         lag_tolerance: int = 2,
-        selected: int | float = 10,
-        rounds: int = 50,
-        max_latency: float = 5000.0,
-        alpha_pref: float = 0.07,
-        beta_pref: float = 0.09,
-        decay: float = 0.9,
+        selected: int | float = SELECTED,
+        rounds: int = ROUNDS,
+        max_latency: float = MAX_LATENCY,
+        alpha_pref: float = ALPHA_PREF,
+        beta_pref: float = BETA_PREF,
+        decay: float = DECAY,
     ) -> None:
         hparams = hyperparameters(locals())
         super().__init__(
             controller=FixedAction(num_picked, lag_tolerance),
             selection=RandomSelection(),
             deadline=True,
-            selected=selected,
-            rounds=rounds,
-            max_latency=max_latency,
-            alpha_pref=alpha_pref,
-            beta_pref=beta_pref,
-            decay=decay,
             hparams=hparams,
+            **round_settings(hparams),
         )

@@ -8,10 +8,23 @@ from typing import Any
 from lit_asyncfl.algorithms.base import Algorithm
 from lit_asyncfl.rl.controllers import RoundController
 from lit_asyncfl.schedulers.selection import Selection
-from lit_asyncfl.schedulers.semi_async import SemiAsyncRounds
+from lit_asyncfl.schedulers.semi_async import (
+    ALPHA_PREF,
+    BETA_PREF,
+    MAX_LATENCY,
+    ROUNDS,
+    SELECTED,
+    SemiAsyncRounds,
+)
 from lit_asyncfl.server.aggregators import ModelAverage
 from lit_asyncfl.server.staleness_decay import StalenessDecay
 from lit_asyncfl.server.weights import DataSizeWeight
+
+#: The arguments a semi-asynchronous preset passes on to :class:`SemiAsyncAlgorithm` unchanged.
+ROUND_SETTINGS = ("selected", "rounds", "max_latency", "alpha_pref", "beta_pref", "decay", "reward")
+
+#: The staleness decay :math:`c` of every semi-asynchronous preset (ASFL's 0.9).
+DECAY = 0.9
 
 
 class SemiAsyncAlgorithm(Algorithm):
@@ -42,12 +55,12 @@ class SemiAsyncAlgorithm(Algorithm):
         controller: RoundController,
         selection: Selection,
         deadline: bool = False,
-        selected: int | float = 10,
-        rounds: int = 50,
-        max_latency: float = 5000.0,
-        alpha_pref: float = 0.07,
-        beta_pref: float = 0.09,
-        decay: float = 0.9,
+        selected: int | float = SELECTED,
+        rounds: int = ROUNDS,
+        max_latency: float = MAX_LATENCY,
+        alpha_pref: float = ALPHA_PREF,
+        beta_pref: float = BETA_PREF,
+        decay: float = DECAY,
         reward: str = "round",
         name: str | None = None,
         hparams: dict[str, Any] | None = None,
@@ -70,3 +83,13 @@ class SemiAsyncAlgorithm(Algorithm):
             name=name,
             hparams=hparams,
         )
+
+
+def round_settings(hparams: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`ROUND_SETTINGS` among a preset's hyper-parameters, to pass on to :class:`SemiAsyncAlgorithm`.
+
+    Example:
+        >>> round_settings({"num_picked": 5, "rounds": 20, "decay": 0.5})
+        {'rounds': 20, 'decay': 0.5}
+    """
+    return {name: hparams[name] for name in ROUND_SETTINGS if name in hparams}

@@ -12,7 +12,7 @@ from lit_asyncfl.checks import check_fraction, check_number
 if TYPE_CHECKING:
     from lit_asyncfl.core.client_state import ClientStateStore
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
-    from lit_asyncfl.engines.fast import LocalTrainer
+    from lit_asyncfl.engines.fast import FastEngine
 
 
 class ClientCallback:
@@ -53,26 +53,26 @@ class ClientCallback:
         one request, at the earliest step asked for, and every callback's ``on_fresh_model`` sees it."""
         return None
 
-    def on_train_start(self, trainer: LocalTrainer, job: ClientJob, start_weights: Tensor) -> None:
+    def on_train_start(self, trainer: FastEngine, job: ClientJob, start_weights: Tensor) -> None:
         """Called after the start model is loaded, before the first local step."""
 
     def on_fresh_model(
-        self, trainer: LocalTrainer, job: ClientJob, fresh_weights: Tensor, fresh_version: int, batch: Any
+        self, trainer: FastEngine, job: ClientJob, fresh_weights: Tensor, fresh_version: int, batch: Any
     ) -> None:
         """Called at the requested step when the server had a newer model (version ``fresh_version`` >
         ``job.base_version``); ``batch`` is the mini-batch of the last local step. The module's weights
         (``trainer.flat.flat``) may be modified in place; training then continues from them."""
 
-    def loss_term(self, trainer: LocalTrainer, job: ClientJob, batch: Any) -> Tensor | None:
+    def loss_term(self, trainer: FastEngine, job: ClientJob, batch: Any) -> Tensor | None:
         """Called after ``training_step`` returned the loss of ``batch`` and before ``backward``: a tensor returned
         is added to the loss (e.g. MOON's contrastive term); ``None`` adds nothing. Run by the ``fast`` and
         ``lightning`` engines (the cohort engine refuses callbacks it does not know)."""
         return None
 
-    def on_after_backward(self, trainer: LocalTrainer, job: ClientJob) -> None:
+    def on_after_backward(self, trainer: FastEngine, job: ClientJob) -> None:
         """Called after ``loss.backward()`` and before ``optimizer.step()``: gradients can be modified."""
 
-    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
+    def on_train_end(self, trainer: FastEngine, job: ClientJob, update: ClientUpdate) -> None:
         """Called with the finished update before it is uploaded. State shared across jobs should learn from a job
         here (not mid-job): a job that raises never gets here, so it leaves no trace."""
 
@@ -113,10 +113,10 @@ class ProximalTerm(ClientCallback):
         self.mu = mu
         self._anchors: list[Tensor] = []
 
-    def on_train_start(self, trainer: LocalTrainer, job: ClientJob, start_weights: Tensor) -> None:
+    def on_train_start(self, trainer: FastEngine, job: ClientJob, start_weights: Tensor) -> None:
         self._anchors = trainer.flat.param_views(start_weights)
 
-    def on_after_backward(self, trainer: LocalTrainer, job: ClientJob) -> None:
+    def on_after_backward(self, trainer: FastEngine, job: ClientJob) -> None:
         if self.mu == 0:
             return
         pairs = [(p, a) for p, a in zip(trainer.flat.params, self._anchors) if p.grad is not None]
@@ -150,7 +150,7 @@ class LearningRateDecay(ClientCallback):
         """The multiplier at global version ``version``."""
         return self.decay**version
 
-    def on_train_start(self, trainer: LocalTrainer, job: ClientJob, start_weights: Tensor) -> None:
+    def on_train_start(self, trainer: FastEngine, job: ClientJob, start_weights: Tensor) -> None:
         factor = self.factor(job.base_version)
         for group in trainer.optimizer.param_groups:
             group["lr"] *= factor

@@ -26,7 +26,7 @@ from lit_asyncfl.loops.job_trainer import JobTrainer
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
-    from lit_asyncfl.engines.fast import LocalTrainer
+    from lit_asyncfl.engines.fast import FastEngine
 
 
 class _StatefulClientCallback(ClientCallback):
@@ -152,7 +152,7 @@ class ModelContrastive(_StatefulClientCallback):
         self._copies = None
         self._recorded = None
 
-    def on_train_start(self, trainer: LocalTrainer, job: ClientJob, start_weights: Tensor) -> None:
+    def on_train_start(self, trainer: FastEngine, job: ClientJob, start_weights: Tensor) -> None:
         module = trainer.module
         if not module.automatic_optimization:
             raise ValueError("MOON adds a term to the loss training_step returns: use automatic optimization")
@@ -176,7 +176,7 @@ class ModelContrastive(_StatefulClientCallback):
 
         module.representation = recorder  # type: ignore[method-assign]
 
-    def loss_term(self, trainer: LocalTrainer, job: ClientJob, batch: Any) -> Tensor | None:
+    def loss_term(self, trainer: FastEngine, job: ClientJob, batch: Any) -> Tensor | None:
         recorded, self._recorded = self._recorded, None
         if recorded is None:
             raise ValueError(
@@ -198,7 +198,7 @@ class ModelContrastive(_StatefulClientCallback):
             z_prev = prev.module.representation(x)
         return self.mu * model_contrastive_loss(z, z_glob, z_prev, self.tau)
 
-    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
+    def on_train_end(self, trainer: FastEngine, job: ClientJob, update: ClientUpdate) -> None:
         trainer.module.__dict__.pop("representation", None)
         self._recorded = None
         if bool(torch.isfinite(update.weights).all()):
@@ -251,12 +251,12 @@ class DynamicRegularizer(_StatefulClientCallback):
         self._anchors: list[Tensor] = []
         self._state: list[Tensor] | None = None
 
-    def on_train_start(self, trainer: LocalTrainer, job: ClientJob, start_weights: Tensor) -> None:
+    def on_train_start(self, trainer: FastEngine, job: ClientJob, start_weights: Tensor) -> None:
         self._anchors = trainer.flat.param_views(start_weights)
         g_k = self.store.get(job.client, self.STATE_NAME)  # over the parameters (not the floating buffers)
         self._state = None if g_k is None else trainer.flat.param_views(g_k.to(start_weights.device))
 
-    def on_after_backward(self, trainer: LocalTrainer, job: ClientJob) -> None:
+    def on_after_backward(self, trainer: FastEngine, job: ClientJob) -> None:
         triples = [
             (p, a, None if self._state is None else g)
             for p, a, g in zip(trainer.flat.params, self._anchors, self._state or self._anchors)
@@ -277,7 +277,7 @@ class DynamicRegularizer(_StatefulClientCallback):
         if self._state is not None:
             torch._foreach_sub_(grads, list(states))
 
-    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
+    def on_train_end(self, trainer: FastEngine, job: ClientJob, update: ClientUpdate) -> None:
         g_k = self.store.get(job.client, self.STATE_NAME)
         n = trainer.flat.param_numel  # the parameters (floating buffers are averaged, as the authors' code)
         theta_k, theta_server = update.weights[:n], update.base_weights[:n]

@@ -16,7 +16,7 @@ from lit_asyncfl.rl.time_slots import TimeSlotSelector
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
-    from lit_asyncfl.engines.fast import LocalTrainer
+    from lit_asyncfl.engines.fast import FastEngine
 
 
 def _loss(module: Any, batch: Any) -> Tensor:
@@ -108,7 +108,7 @@ class FreshModelMerge(ClientCallback):
         return max(1, round(slot * job.num_steps / self.selector.num_slots))
 
     def on_fresh_model(
-        self, trainer: LocalTrainer, job: ClientJob, fresh_weights: Tensor, fresh_version: int, batch: Any
+        self, trainer: FastEngine, job: ClientJob, fresh_weights: Tensor, fresh_version: int, batch: Any
     ) -> None:
         module, flat = trainer.module, trainer.flat
         gamma, upsilon = self.controls(job.client)
@@ -136,7 +136,7 @@ class FreshModelMerge(ClientCallback):
         self._learned[job.job_id] = (controls, reward)  # applied when the job ends: a job that raises teaches nothing
         trainer.job_info.update(beta=beta, reward=reward, fresh_version=fresh_version, merge_jump=merged - before)
 
-    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
+    def on_train_end(self, trainer: FastEngine, job: ClientJob, update: ClientUpdate) -> None:
         """Learn from the job's merge — in the same computation as the merge, so no other job sees the difference
         — only now that the job finished, and only from finite values."""
         learned = self._learned.pop(job.job_id, None)

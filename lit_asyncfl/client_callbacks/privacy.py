@@ -11,7 +11,7 @@ from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsil
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
-    from lit_asyncfl.engines.fast import LocalTrainer
+    from lit_asyncfl.engines.fast import FastEngine
 
 #: Stream id of the local noise in :func:`~lit_asyncfl.core.seeding.derive_seed`.
 LOCAL_NOISE_STREAM = 0xD9_0002
@@ -70,7 +70,7 @@ class LocalGaussianNoise(ClientCallback):
     def on_fit_start(self, num_clients: int) -> None:
         self.uploads = {}
 
-    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
+    def on_train_end(self, trainer: FastEngine, job: ClientJob, update: ClientUpdate) -> None:
         delta, _ = clip_delta(update.weights - update.base_weights, self.clip_norm)  # the norm is not uploaded
         noise_std = self.noise_multiplier * self.clip_norm
         if noise_std > 0:

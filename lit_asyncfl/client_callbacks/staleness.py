@@ -22,10 +22,10 @@ from lit_asyncfl.functional.fedsa import FREQUENCIES, fedsa_learning_rate
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
-    from lit_asyncfl.engines.fast import LocalTrainer
+    from lit_asyncfl.engines.fast import FastEngine
 
 
-def _scale_lr(trainer: LocalTrainer, factor: float) -> None:
+def _scale_lr(trainer: FastEngine, factor: float) -> None:
     for group in trainer.optimizer.param_groups:
         group["lr"] *= factor
     trainer.job_info["lr"] = float(trainer.optimizer.param_groups[0]["lr"])
@@ -68,13 +68,13 @@ class DelayAdaptiveStepSize(ClientCallback):
         mean = running_mean(self.mean_delay.get(client, 0.0), self.jobs.get(client, 0), float(delay))
         return asofed_step_size(max(mean, 0.0), self.log_base), mean
 
-    def on_train_start(self, trainer: LocalTrainer, job: ClientJob, start_weights: Tensor) -> None:
+    def on_train_start(self, trainer: FastEngine, job: ClientJob, start_weights: Tensor) -> None:
         r, mean = self.factor(job.client, job.base_version)
         self._pending = (job.client, job.base_version, mean)
         _scale_lr(trainer, r)
         trainer.job_info["step_size_factor"] = r
 
-    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
+    def on_train_end(self, trainer: FastEngine, job: ClientJob, update: ClientUpdate) -> None:
         assert self._pending is not None and self._pending[0] == job.client
         client, version, mean = self._pending
         self.last_version[client] = version
@@ -130,7 +130,7 @@ class DecayedCorrection(ClientCallback):
     def on_fit_start(self, num_clients: int) -> None:
         self.h, self.prev_s_grad = {}, {}
 
-    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
+    def on_train_end(self, trainer: FastEngine, job: ClientJob, update: ClientUpdate) -> None:
         n = trainer.flat.param_numel
         base = update.base_weights
         s_grad = base[:n] - update.weights[:n]
@@ -209,7 +209,7 @@ class ParticipationLearningRate(ClientCallback):
             self.dispatched[job.job_id] = (self.participations.get(job.client, 0), self.total)
         return None  # no mid-training request
 
-    def on_train_start(self, trainer: LocalTrainer, job: ClientJob, start_weights: Tensor) -> None:
+    def on_train_start(self, trainer: FastEngine, job: ClientJob, start_weights: Tensor) -> None:
         if self.frequency == "share":
             if job.job_id not in self.dispatched:
                 raise RuntimeError(f"ParticipationLearningRate did not see the dispatch of job {job.job_id}")
@@ -226,7 +226,7 @@ class ParticipationLearningRate(ClientCallback):
                     group["lr"] = fedsa_learning_rate(self.base_lr, self.num_clients, count)
         trainer.job_info["lr"] = float(trainer.optimizer.param_groups[0]["lr"])
 
-    def on_train_end(self, trainer: LocalTrainer, job: ClientJob, update: ClientUpdate) -> None:
+    def on_train_end(self, trainer: FastEngine, job: ClientJob, update: ClientUpdate) -> None:
         self.dispatched.pop(job.job_id, None)
         self.participations[job.client] = self.participations.get(job.client, 0) + 1
         self.total += 1

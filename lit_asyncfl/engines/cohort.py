@@ -163,7 +163,7 @@ def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] 
     return float(group["lr"]), float(group["weight_decay"])
 
 
-class CohortTrainer(LocalEngine):
+class CohortEngine(LocalEngine):
     """Trains many client jobs at once (the ``cohort`` engine).
 
     The jobs' weights are stacked into one ``[jobs, parameters]`` tensor; at every local step the jobs whose
@@ -369,7 +369,7 @@ class CohortTrainer(LocalEngine):
 
 
 class CohortExecutor:
-    """Computes, whenever an update is asked for, every pending job at once with a :class:`CohortTrainer`.
+    """Computes, whenever an update is asked for, every pending job at once with a :class:`CohortEngine`.
 
     Every dispatched job's start model is known at dispatch, so all pending jobs are independent until their
     arrival; the updates are stashed and handed out at the arrival events, in virtual-time order.
@@ -380,7 +380,7 @@ class CohortExecutor:
             ``None``: every pending job.
     """
 
-    def __init__(self, trainer: CohortTrainer, max_cohort: int | None = DEFAULT_MAX_COHORT) -> None:
+    def __init__(self, trainer: CohortEngine, max_cohort: int | None = DEFAULT_MAX_COHORT) -> None:
         if max_cohort is not None and max_cohort < 1:
             raise ValueError(f"max_cohort must be >= 1, got {max_cohort}")
         self.trainer = trainer
@@ -414,3 +414,7 @@ class CohortExecutor:
                 del self._pending[k]
             self._done.update(zip(ids, updates))
         return self._done.pop(job_id)
+
+
+#: The former name of :class:`CohortEngine` (an alias, kept so that existing imports work).
+CohortTrainer = CohortEngine

@@ -9,7 +9,7 @@ from torch import Tensor
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.engines.base import LocalEngine, parse_optimizers
 
-__all__ = ["LocalTrainer", "parse_optimizers"]
+__all__ = ["FastEngine", "LocalTrainer", "parse_optimizers"]
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.core.workspace import _no_log
 from lit_asyncfl.data.shards import steps_per_epoch
@@ -18,7 +18,7 @@ from lit_asyncfl.loops.job_trainer import JobTrainer
 from lit_asyncfl.loops.validation_loop import JobLog
 
 
-class LocalTrainer(LocalEngine):
+class FastEngine(LocalEngine):
     """Runs a client's local epochs on one reused copy of the user's module ("fast" engine).
 
     Per job: load the start weights with one copy, seed the job's randomness, build a fresh optimizer with the
@@ -118,3 +118,7 @@ class LocalTrainer(LocalEngine):
         if interact_at is not None:  # the request comes after the last step
             self.fresh_model(job, fresh, last_batch)
         return self.finish_job(job, start_weights, steps, loss_sum)
+
+
+#: The former name of :class:`FastEngine` (an alias, kept so that existing imports work).
+LocalTrainer = FastEngine

@@ -72,7 +72,7 @@ class _ClientHooks:
     """Runs the client callbacks at the matching points of the Trainer's loop and collects the loss statistics (a
     mixin over the ``Callback`` of the module's Lightning package, see :func:`_job_classes`)."""
 
-    def __init__(self, engine: LightningLocalTrainer, job: ClientJob, start: Tensor, fresh: Any) -> None:
+    def __init__(self, engine: LightningEngine, job: ClientJob, start: Tensor, fresh: Any) -> None:
         self.engine, self.job, self.start, self.fresh = engine, job, start, fresh
         self.interact_at = job.request_step if fresh is not None else None
         self.loss_sum: Tensor | None = None
@@ -146,12 +146,12 @@ def _quiet_lightning() -> Iterator[None]:
             logger.setLevel(level)
 
 
-class LightningLocalTrainer(LocalEngine):
+class LightningEngine(LocalEngine):
     """Runs each client update with a fresh ``lightning.Trainer`` (the ``lightning`` engine).
 
     For modules that need the full Trainer: ``self.log``,
     ``self.trainer``, hooks such as ``on_train_epoch_end``, manual optimization (tested against a raw loop). The
-    job is the same as in the ``fast`` engine (:class:`~lit_asyncfl.engines.LocalTrainer`): one reused
+    job is the same as in the ``fast`` engine (:class:`~lit_asyncfl.engines.FastEngine`): one reused
     module whose weights are loaded with one flat copy, the job's seeds set the same way, and the Trainer is fed
     exactly the ``fast`` engine's batches (a ``DataLoader`` over the client's shard with the job's generator), so
     for the same job both engines give bit-identical weights (tested). Client callbacks (proximal term,
@@ -263,3 +263,7 @@ class LightningLocalTrainer(LocalEngine):
         if hooks.interact_at is not None:  # the request comes after the last step
             self.fresh_model(job, fresh, hooks.last_batch)
         return self.finish_job(job, start_weights, hooks.steps, hooks.loss_sum)
+
+
+#: The former name of :class:`LightningEngine` (an alias, kept so that existing imports work).
+LightningLocalTrainer = LightningEngine

@@ -13,15 +13,15 @@ from lit_asyncfl.checks import check, check_int
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
-from lit_asyncfl.engines.cohort import CohortExecutor, CohortTrainer
-from lit_asyncfl.engines.fast import LocalTrainer
+from lit_asyncfl.engines.cohort import CohortEngine, CohortExecutor
+from lit_asyncfl.engines.fast import FastEngine
 from lit_asyncfl.engines.kernels import choose_onednn
-from lit_asyncfl.engines.lightning import LightningLocalTrainer
+from lit_asyncfl.engines.lightning import LightningEngine
 from lit_asyncfl.executors.ray.executor import RayExecutor
 from lit_asyncfl.executors.sequential import SequentialExecutor
 
 #: Engine name -> local trainer class.
-ENGINES: dict[str, type] = {"fast": LocalTrainer, "lightning": LightningLocalTrainer, "cohort": CohortTrainer}
+ENGINES: dict[str, type] = {"fast": FastEngine, "lightning": LightningEngine, "cohort": CohortEngine}
 
 #: Intra-op threads of each engine when the user sets none. One client update is too small to split over threads:
 #: with another busy process on a 2-core machine, 2 threads made the per-client engines 1.8-3.1x slower (issue 8).
@@ -111,9 +111,9 @@ def build_executor(
     """The executor computing the clients' updates with the chosen engine.
 
     Args:
-        engine: ``"fast"`` (:class:`~lit_asyncfl.engines.LocalTrainer`), ``"lightning"``
-            (:class:`~lit_asyncfl.engines.LightningLocalTrainer`) or ``"cohort"``
-            (:class:`~lit_asyncfl.engines.CohortTrainer` behind a
+        engine: ``"fast"`` (:class:`~lit_asyncfl.engines.FastEngine`), ``"lightning"``
+            (:class:`~lit_asyncfl.engines.LightningEngine`) or ``"cohort"``
+            (:class:`~lit_asyncfl.engines.CohortEngine` behind a
             :class:`~lit_asyncfl.engines.CohortExecutor`).
         module: The user's module (each engine trains a private copy).
         shards: The clients' data.

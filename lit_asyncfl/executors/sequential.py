@@ -12,8 +12,8 @@ from lit_asyncfl.engines.base import generators_kept
 
 class SequentialExecutor:
     """Computes each job when its update is needed, one after the other, with a per-client engine
-    (:class:`~lit_asyncfl.engines.LocalTrainer` or
-    :class:`~lit_asyncfl.engines.LightningLocalTrainer`).
+    (:class:`~lit_asyncfl.engines.FastEngine` or
+    :class:`~lit_asyncfl.engines.LightningEngine`).
 
     Executors decouple *when* an update is computed from *when* it is consumed: the simulator submits a job at
     dispatch and asks for its update at the arrival event, in virtual-time order.

@@ -2,7 +2,8 @@
 
 Symbols: :math:`Q_{min}, Q_{max}` the bounds of a job's local steps, :math:`\\lambda` the latest-arrival factor,
 :math:`\\hat v_i` client :math:`i`'s estimated time per local step, :math:`s(\\tau) = (\\tau + 1)^{-a}` the
-staleness factor, :math:`\\alpha` the mixing rate, :math:`N` the number of clients.
+staleness factor (:func:`~lit_asyncfl.functional.staleness.polynomial_staleness`, the authors' ``polynomial``),
+:math:`\\alpha` the mixing rate, :math:`N` the number of clients.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import math
 from collections.abc import Sequence
 
 from torch import Tensor
+
+from lit_asyncfl.functional.staleness import polynomial_staleness
 
 
 def speed_estimate(previous: float | None, elapsed: float, steps: int, momentum: float) -> float:
@@ -69,16 +72,6 @@ def new_group_steps(
     return max(assigned, q_min)
 
 
-def staleness_factor(staleness: int, a: float) -> float:
-    r""":math:`s(\tau) = (\tau + 1)^{-a}` (the authors' ``polynomial`` staleness function).
-
-    Example:
-        >>> staleness_factor(0, 0.5), staleness_factor(3, 0.5)
-        (1.0, 0.5)
-    """
-    return float((staleness + 1) ** (-a))
-
-
 def compass_update(
     weights: Tensor, deltas: Sequence[Tensor], staleness: Sequence[int], alpha: float, a: float, num_clients: int
 ) -> Tensor:
@@ -92,5 +85,5 @@ def compass_update(
     """
     out = weights.clone()
     for delta, tau in zip(deltas, staleness, strict=True):
-        out.add_(delta, alpha=alpha * staleness_factor(tau, a) / num_clients)
+        out.add_(delta, alpha=alpha * polynomial_staleness(tau, a) / num_clients)
     return out

@@ -16,6 +16,7 @@ from lit_asyncfl.schedulers.selection import (
     UtilitySelection,
 )
 from lit_asyncfl.schedulers.semi_async import SemiAsyncRounds
+from lit_asyncfl.schedulers.semi_async_state import SemiAsyncRoundState
 from lit_asyncfl.schedulers.view import SCHEDULER_VIEW, SchedulerView
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "Scheduler",
     "SchedulerView",
     "Selection",
+    "SemiAsyncRoundState",
     "SemiAsyncRounds",
     "SynchronousRounds",
     "UtilitySelection",

@@ -42,9 +42,11 @@ from lit_asyncfl.functional.asfl import (
     upload_latency,
 )
 from lit_asyncfl.mobility import MobileEdgeDevices
-from lit_asyncfl.rl.controllers import STATE_FEATURES, FixedAction, RoundController
+from lit_asyncfl.rl.controllers import FixedAction, RoundController
 from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 from lit_asyncfl.schedulers.selection import Selection, UtilitySelection
+from lit_asyncfl.schedulers.semi_async_feedback import round_record, state_features
+from lit_asyncfl.schedulers.semi_async_state import SemiAsyncRoundState
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.clock import Event
@@ -55,8 +57,13 @@ if TYPE_CHECKING:
 #: What a controller may learn from (see ``SemiAsyncRounds(reward=...)``).
 REWARDS = ("round", "objective_gain")
 
+#: The defaults of :class:`SemiAsyncRounds` and of every semi-asynchronous preset (ASFL, SAFA, FedCS, Oort): ASFL's
+#: task II, ``S = 10`` devices selected per round, ``K = 50`` rounds, :math:`T_{max} = 5000` virtual seconds,
+#: latency preferences :math:`\alpha = 0.07` within the limit and :math:`\beta = 0.09` beyond it.
+SELECTED, ROUNDS, MAX_LATENCY, ALPHA_PREF, BETA_PREF = 10, 50, 5000.0, 0.07, 0.09
 
-class SemiAsyncRounds(Scheduler):
+
+class SemiAsyncRounds(SemiAsyncRoundState, Scheduler):
     r"""ASFL's semi-asynchronous rounds (see the module docstring for one round's steps).
 
     Needs a :class:`~lit_asyncfl.mobility.MobileEdgeDevices` device model and an aggregator that buffers until the
@@ -87,11 +94,11 @@ class SemiAsyncRounds(Scheduler):
 
     def __init__(
         self,
-        selected: int | float = 10,
-        rounds: int = 50,
-        max_latency: float = 5000.0,
-        alpha_pref: float = 0.07,
-        beta_pref: float = 0.09,
+        selected: int | float = SELECTED,
+        rounds: int = ROUNDS,
+        max_latency: float = MAX_LATENCY,
+        alpha_pref: float = ALPHA_PREF,
+        beta_pref: float = BETA_PREF,
         controller: RoundController | None = None,
         selection: Selection | None = None,
         deadline: bool = False,
@@ -125,30 +132,6 @@ class SemiAsyncRounds(Scheduler):
         self.count = resolve_count("selected", self.selected, num_clients)
         self.controller.setup(self.count)
 
-    # -- per-run state ----------------------------------------------------------------------------------------------
-    def _reset(self) -> None:
-        self.round = 0
-        self.round_start = 0.0
-        self.open_time = 0.0
-        self.dist_latency = 0.0
-        self.action: tuple[int, int] = (0, 0)  # (M_k in effect, tau_k)
-        self.state: list[float] = []  # the state the action was chosen in
-        self.requested = 0  # M_k as the controller chose it (0: every device training)
-        self.arrivals = 0
-        self.closing = False
-        self.finished = False
-        self.picked_versions: list[int] = []
-        self.deprecated: list[int] = []
-        self.spent = 0.0
-        self.deprecated_total = 0
-        self.variance_total = 0.0
-        self.accuracy = 0.0
-        self.objective: float | None = None
-        self.total_reward = 0.0
-        self.positions = np.zeros((0, 2))
-        self.rng = np.random.default_rng(0)
-        self.deferred: tuple[list[float], float] | None = None  # (state, since): a round waiting for a device
-
     def on_fit_start(self, sim: SchedulerView) -> None:
         if not isinstance(sim.device_model, MobileEdgeDevices):
             raise ValueError(
@@ -166,23 +149,29 @@ class SemiAsyncRounds(Scheduler):
         """The state :math:`s^k` at the start of round ``k = self.round + 1`` (evaluates the current model)."""
         metrics = sim.evaluate()
         self.accuracy = float(metrics["accuracy"])
-        done = self.round  # rounds finished
-        objective = (
-            self.accuracy
-            if done == 0
-            else latency_objective(self.accuracy, self.spent, self.max_latency, self.alpha_pref, self.beta_pref)
+        return state_features(
+            metrics["loss"],
+            self.accuracy,
+            self.round,
+            self.spent,
+            self.max_latency,
+            self.alpha_pref,
+            self.beta_pref,
+            self.deprecated_total,
+            self.variance_total,
         )
-        return [
-            float(metrics["loss"]),
-            self.spent / self.max_latency,
-            objective,
-            self.deprecated_total / done if done else 0.0,
-            self.variance_total / done if done else 0.0,
-        ]
 
     @staticmethod
     def _latencies(sim: SchedulerView, bandwidth: np.ndarray, size: float) -> tuple[np.ndarray, np.ndarray]:
-        """Each device's computation and upload latency this round (:math:`T^{cmp}_i`, :math:`T^U_i`)."""
+        """Each device's computation and upload latency this round (:math:`T^{cmp}_i`, :math:`T^U_i`).
+
+        The paper's rules, not the device model's :meth:`~lit_asyncfl.devices.DeviceModel.job_timing`, on purpose:
+        :math:`T^{cmp}_i = \\Delta_i E / g_i` counts the whole shard :math:`\\Delta_i = n_i` every epoch (the
+        device model counts the samples a job processes, fewer with ``drop_last=True``), multiplied as
+        ``(time_per_sample * n_i) * E`` (for ``E > 1`` not always the same float as the device model's
+        ``time_per_sample * (n_i E)``: unifying them would move ASFL's runs by a rounding), and the upload uses
+        this round's bandwidth at the device's current position.
+        """
         compute = sim.profiles.time_per_sample * sim.num_samples * sim.local_epochs
         return compute, np.array([upload_latency(size, float(b)) for b in bandwidth])
 
@@ -269,7 +258,7 @@ class SemiAsyncRounds(Scheduler):
 
     def _end_round(self, sim: SchedulerView) -> None:
         latency = sim.now - self.round_start
-        picked, tau = self.action
+        tau = self.action[1]
         sim.flush()
         variance = float(np.var(self.picked_versions)) if self.picked_versions else 0.0
         version = sim.server.version
@@ -293,22 +282,7 @@ class SemiAsyncRounds(Scheduler):
         done = self.round == self.rounds
         if done:
             self.objective = latency_objective(accuracy, self.spent, self.max_latency, self.alpha_pref, self.beta_pref)
-        record: dict[str, Any] = {
-            "round": self.round,
-            "round_latency": latency,
-            "round_limit": limit,
-            "round_reward": reward,
-            "distribution_latency": self.dist_latency,
-            "num_picked": picked,
-            "requested_picked": self.requested,
-            "lag_tolerance": tau,
-            "deprecated": len(self.deprecated),
-            "version_variance": variance,
-            "total_latency": self.spent,
-            **{f"state/{name}": value for name, value in zip(STATE_FEATURES, self.state)},
-        }
-        if done:
-            record["objective"] = self.objective
+        record = round_record(self, latency, limit, reward, variance, done)
         next_state = self._state(sim)
         learnt = reward if self.reward == "round" else next_state[2] - self.state[2]
         stats = self.controller.feedback(learnt, next_state, done)
@@ -332,50 +306,3 @@ class SemiAsyncRounds(Scheduler):
             "episode_return": self.total_reward,
             "deprecated_total": self.deprecated_total,
         }
-
-    # -- checkpoints ------------------------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "round": self.round,
-            "round_start": self.round_start,
-            "open_time": self.open_time,
-            "dist_latency": self.dist_latency,
-            "action": list(self.action),
-            "arrivals": self.arrivals,
-            "requested": self.requested,
-            "closing": self.closing,
-            "finished": self.finished,
-            "picked_versions": list(self.picked_versions),
-            "state": list(self.state),
-            "deprecated": list(self.deprecated),
-            "spent": self.spent,
-            "deprecated_total": self.deprecated_total,
-            "variance_total": self.variance_total,
-            "accuracy": self.accuracy,
-            "objective": self.objective,
-            "total_reward": self.total_reward,
-            "positions": self.positions.tolist(),
-            "rng": self.rng.bit_generator.state,
-            "selection": self.selection.state_dict(),
-            "controller": self.controller.state_dict(),
-            "deferred": None if self.deferred is None else [list(self.deferred[0]), self.deferred[1]],
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key in ("round", "arrivals", "deprecated_total", "requested"):
-            setattr(self, key, int(state[key]))
-        for key in ("round_start", "open_time", "dist_latency", "spent", "variance_total", "accuracy", "total_reward"):
-            setattr(self, key, float(state[key]))
-        self.action = (int(state["action"][0]), int(state["action"][1]))
-        self.closing, self.finished = bool(state["closing"]), bool(state["finished"])
-        self.picked_versions = [int(v) for v in state["picked_versions"]]
-        self.state = [float(x) for x in state["state"]]
-        self.deprecated = [int(c) for c in state["deprecated"]]
-        self.objective = state["objective"]
-        self.positions = np.asarray(state["positions"], dtype=np.float64)
-        self.rng = np.random.default_rng()
-        self.rng.bit_generator.state = state["rng"]
-        self.selection.load_state_dict(state["selection"])
-        self.controller.load_state_dict(state.get("controller", {}))
-        deferred = state.get("deferred")
-        self.deferred = None if deferred is None else ([float(x) for x in deferred[0]], float(deferred[1]))
