@@ -470,7 +470,7 @@ class FederatedTrainer:
                 "a resumable checkpoint can only be written between events (on_event_end, on_fit_end); pass "
                 "weights_only=True to save the global model alone"
             )
-        flat.load(sim.server.weights)
+        flat.load(sim.server.weights, sim.server.batches_tracked)
         run: dict[str, Any] = {"version": sim.server.version, "virtual_time": sim.now}
         if not weights_only:
             simulation = sim.state_dict()
@@ -672,7 +672,7 @@ class FederatedTrainer:
         """End the run's record: the global model holds the final weights, :attr:`summary` says how it went."""
         self.stop_reason = reason
         assert self._flat is not None
-        self._flat.load(sim.server.weights)
+        self._flat.load(sim.server.weights, sim.server.batches_tracked)
         self.summary = run_summary(
             self.history,
             sim,
