@@ -149,6 +149,7 @@ class ClientUpdate:
             "staleness": self.staleness,
             "info": dict(self.info),
             "metrics": dict(self.metrics),
+            "batches_tracked": self.batches_tracked,
         }
 
     @classmethod
