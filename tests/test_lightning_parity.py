@@ -342,11 +342,21 @@ def _epochs(seen, sizes):
     return epochs
 
 
-def test_a_sampler_the_clients_cannot_follow_is_refused(tmp_path):
-    loader = DataLoader(blobs(40), batch_size=8, sampler=torch.utils.data.WeightedRandomSampler([1.0] * 40, 40))
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(blobs(40))
+
+
+@pytest.mark.parametrize(
+    ("loader", "message"),
+    [(lambda: DataLoader(blobs(40), batch_size=8, sampler=torch.utils.data.WeightedRandomSampler([1.0] * 40, 40)),
+      r"sampler WeightedRandomSampler cannot be followed.*shuffle=True.*shuffle=False"),
+     (lambda: DataLoader(Stream(), batch_size=8), r"Stream is an IterableDataset, which cannot be split.*map-style")],
+)  # fmt: skip
+def test_a_loader_the_clients_cannot_follow_is_refused(tmp_path, loader, message):
     trainer = make_trainer(tmp_path, "fedavg", num_clients=2, max_versions=1)
-    with pytest.raises(ValueError, match=r"sampler WeightedRandomSampler cannot be followed.*shuffle=True.*shuffle="):
-        trainer.fit(LClassifier(), loader)
+    with pytest.raises(ValueError, match=message):
+        trainer.fit(LClassifier(), loader())
 
 
 # -- BatchNorm's num_batches_tracked in the global model ---------------------------------------------------------------

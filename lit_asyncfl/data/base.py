@@ -9,7 +9,15 @@ import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampler, TensorDataset, default_collate
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    TensorDataset,
+    default_collate,
+)
 
 from lit_asyncfl.checks import check_fraction, check_int
 from lit_asyncfl.data.partition import Partitioner, partition_counts, resolve_partitioner
@@ -286,6 +294,11 @@ def loader_shuffles(loader: DataLoader) -> bool:
         >>> loader_shuffles(DataLoader(data, shuffle=True)), loader_shuffles(DataLoader(data))
         (True, False)
     """
+    if isinstance(loader.dataset, IterableDataset):
+        raise ValueError(
+            f"the training DataLoader's dataset {type(loader.dataset).__name__} is an IterableDataset, which cannot be "
+            "split into clients; give a map-style dataset (with __len__ and __getitem__)"
+        )
     sampler = loader.sampler
     if type(sampler) is SequentialSampler:
         return False
