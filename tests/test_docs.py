@@ -15,7 +15,8 @@ import pytest
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
 PAGES = [*sorted(p for p in DOCS.glob("*.md")), ROOT / "README.md"]
-TESTED_BLOCKS = {"python-api", "callbacks", "custom-algorithm", "preset", "device-model", "partitioner", "privacy"}
+TESTED_BLOCKS = {"python-api", "callbacks", "custom-algorithm", "preset", "device-model", "partitioner", "privacy",
+                 "flower"}  # flower: run by tests/test_flower_partitioners.py
 
 
 def _text(name: str) -> str:

@@ -79,5 +79,5 @@ def test_non_positive_dirichlet_alpha_is_an_error(alpha):
 
 
 def test_unknown_partition_name_lists_the_allowed_ones():
-    with pytest.raises(ValueError, match=r"unknown partition 'pathological'; allowed: \['dirichlet', 'iid'"):
-        resolve_partitioner("pathological")
+    with pytest.raises(ValueError, match=r"unknown partition 'skewed'; allowed: \['dirichlet', 'iid'"):
+        resolve_partitioner("skewed")

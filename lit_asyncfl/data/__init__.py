@@ -2,12 +2,15 @@
 
 from lit_asyncfl.data.base import ClientTransform, FederatedDataModule, PartitionedDataModule, split_dataset
 from lit_asyncfl.data.digits import DigitsDataModule
+from lit_asyncfl.data.flower import FlowerPartitioner
+from lit_asyncfl.data.huggingface import HuggingFaceDataModule, HuggingFaceSamples
 from lit_asyncfl.data.imdb import IMDbDataModule
 from lit_asyncfl.data.loaders import LoaderDataModule
 from lit_asyncfl.data.partition import (
     IID,
     PARTITIONERS,
     Dirichlet,
+    FlowerPartitionerLike,
     Natural,
     Partitioner,
     QuantitySkew,
@@ -42,6 +45,10 @@ __all__ = [
     "Dirichlet",
     "FashionMNISTDataModule",
     "FederatedDataModule",
+    "FlowerPartitioner",
+    "FlowerPartitionerLike",
+    "HuggingFaceDataModule",
+    "HuggingFaceSamples",
     "IMDbDataModule",
     "LoaderDataModule",
     "MNISTDataModule",

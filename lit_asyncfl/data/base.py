@@ -20,7 +20,7 @@ from torch.utils.data import (
 )
 
 from lit_asyncfl.checks import check_fraction, check_int
-from lit_asyncfl.data.partition import Partitioner, partition_counts, resolve_partitioner
+from lit_asyncfl.data.partition import PartitionArg, Partitioner, partition_counts, resolve_partitioner
 from lit_asyncfl.data.shards import ClientShards, DatasetShards, dataset_targets, dataset_tensors
 
 
@@ -66,12 +66,14 @@ class FederatedDataModule(L.LightningDataModule):
     inputs into model inputs (e.g. normalisation) and is applied once to evaluation and server data, and per batch
     to clients' data, after :meth:`augment` (random, e.g. crops and flips; drawn from the job's generator).
     ``train_groups`` (one client id per training sample) carries a naturally federated dataset's own clients
-    for ``partition="natural"``. After :meth:`client_shards`, ``partition_counts`` holds the samples per client
-    and class.
+    for ``partition="natural"``; ``train_columns`` (per-sample columns such as a writer id) are what
+    ``Natural(column=...)`` and Flower Datasets partitioners read. After :meth:`client_shards`, ``partition_counts``
+    holds the samples per client and class.
 
     Args:
-        partition: ``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"`` or a
-            :class:`~lit_asyncfl.data.partition.Partitioner`.
+        partition: ``"iid"``, ``"dirichlet"``, ``"shards"``, ``"pathological"``, ``"quantity"``, a
+            :class:`~lit_asyncfl.data.partition.Partitioner`, or a Flower Datasets partitioner (see
+            :class:`~lit_asyncfl.data.FlowerPartitioner`).
         alpha: Dirichlet concentration for ``partition="dirichlet"`` (default 0.5); an error with other partitions.
         batch_size: Local mini-batch size of clients.
         eval_batch_size: Batch size of global evaluation.
@@ -81,7 +83,7 @@ class FederatedDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        partition: str | Partitioner = "iid",
+        partition: PartitionArg = "iid",
         alpha: float | None = None,
         batch_size: int = 10,
         eval_batch_size: int = 512,
@@ -107,6 +109,8 @@ class FederatedDataModule(L.LightningDataModule):
         self.server_set: TensorDataset | None = None
         #: Each training sample's client id, for datasets generated per client (``partition="natural"``).
         self.train_groups: np.ndarray | None = None
+        #: Per-sample columns of the training set (name -> one value per sample), for partitions by a column.
+        self.train_columns: dict[str, np.ndarray] | None = None
         #: Samples per client and class of the last :meth:`client_shards` split.
         self.partition_counts: np.ndarray | None = None
         #: Drop each client epoch's last incomplete batch (a wrapped ``DataLoader``'s ``drop_last``).
@@ -117,6 +121,7 @@ class FederatedDataModule(L.LightningDataModule):
         self.label_fn: Any = None
         self._full_train_set: Dataset | None = None
         self._full_train_groups: np.ndarray | None = None
+        self._full_train_columns: dict[str, np.ndarray] | None = None
 
     def _require(self, name: str) -> Dataset:
         dataset = getattr(self, name)
@@ -149,20 +154,30 @@ class FederatedDataModule(L.LightningDataModule):
         x_test: Tensor,
         y_test: Tensor,
         groups: np.ndarray | None = None,
+        columns: dict[str, np.ndarray] | None = None,
     ) -> None:
         """Set ``train_set``, ``test_set`` and, when ``val_fraction > 0``, a random ``val_set`` held out of the
         training data (drawn with ``split_seed``). Evaluation inputs pass through :meth:`prepare_inputs`;
-        ``groups`` (optional) gives each training sample's client for ``partition="natural"``."""
+        ``groups`` (optional) gives each training sample's client for ``partition="natural"``, ``columns``
+        (optional) per-sample columns for partitions by a column."""
         if self.val_fraction > 0:
-            order = np.random.default_rng(self.split_seed).permutation(len(y_train))
-            n_val = round(self.val_fraction * len(y_train))
-            val, train = torch.as_tensor(order[:n_val]), torch.as_tensor(order[n_val:])
+            held, kept = self.validation_split(len(y_train))
+            val, train = torch.as_tensor(held), torch.as_tensor(kept)
             self.val_set = TensorDataset(self.prepare_inputs(x_train[val]), y_train[val])
             x_train, y_train = x_train[train], y_train[train]
-            groups = None if groups is None else np.asarray(groups)[order[n_val:]]
+            groups = None if groups is None else np.asarray(groups)[kept]
+            columns = None if columns is None else {k: np.asarray(v)[kept] for k, v in columns.items()}
         self.train_set = TensorDataset(x_train, y_train)
         self.test_set = TensorDataset(self.prepare_inputs(x_test), y_test)
         self.train_groups = None if groups is None else np.asarray(groups, dtype=np.int64)
+        self.train_columns = columns
+
+    def validation_split(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(held-out, kept)`` positions of ``n`` training samples: a random ``val_fraction`` of them (drawn with
+        ``split_seed``) is held out for validation."""
+        order = np.random.default_rng(self.split_seed).permutation(n)
+        n_val = round(self.val_fraction * n)
+        return order[:n_val], order[n_val:]
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled batches of the (pooled) training set, as model inputs (for a centralised baseline)."""
@@ -191,8 +206,10 @@ class FederatedDataModule(L.LightningDataModule):
         if self._full_train_set is None:
             self._full_train_set = self._require("train_set")
             self._full_train_groups = self.train_groups
+            self._full_train_columns = self.train_columns
         self.train_set, self.server_set = self._full_train_set, None
         self.train_groups = self._full_train_groups
+        self.train_columns = self._full_train_columns
         if fraction == 0.0:
             return None
         tensors = dataset_tensors(self._full_train_set)
@@ -210,6 +227,8 @@ class FederatedDataModule(L.LightningDataModule):
         self.train_set = TensorDataset(x[rest], y[rest])
         if self.train_groups is not None:
             self.train_groups = self.train_groups[rest]
+        if self.train_columns is not None:
+            self.train_columns = {k: v[rest] for k, v in self.train_columns.items()}
         return self.server_set
 
     def client_shards(
@@ -234,6 +253,7 @@ class FederatedDataModule(L.LightningDataModule):
             transform=self.client_transform(),
             drop_last=self.drop_last,
             label_fn=self.label_fn,
+            columns=self.train_columns,
             shuffle=self.shuffle,
         )
         self.partition_counts = partition_counts(
@@ -256,11 +276,13 @@ def split_dataset(
     transform: Any = None,
     drop_last: bool = False,
     label_fn: Any = None,
+    columns: dict[str, np.ndarray] | None = None,
     shuffle: bool = True,
 ) -> tuple[ClientShards | DatasetShards, np.ndarray | None]:
     """Partition ``dataset``: resident tensors for a static tensor dataset, else read through a ``DataLoader`` at
-    every draw (``transform``: the per-batch transform of resident inputs, see :class:`ClientShards`). Returns the
-    shards and the samples' labels (``None`` when the partition needs none and the dataset has none)."""
+    every draw (``transform``: the per-batch transform of resident inputs, see :class:`ClientShards`; ``columns``:
+    per-sample columns for partitions by a column). Returns the shards and the samples' labels (``None`` when the
+    partition needs none and the dataset has none)."""
     rng = np.random.default_rng([seed, 0x9A27])  # a stream of its own: the split does not move other draws
     static = collate_fn is None or collate_fn is default_collate  # a user collate_fn runs at every batch
     tensors = dataset_tensors(dataset) if label_fn is None and static else None
@@ -275,7 +297,7 @@ def split_dataset(
             labels = None
     n = len(dataset)  # type: ignore[arg-type]
     indices = partitioner(labels if labels is not None else np.zeros(n, dtype=np.int64), num_clients, rng, slowness,
-                          groups)  # fmt: skip
+                          groups, columns)  # fmt: skip
     if tensors is None and static and dataset_tensors(dataset) is not None:  # a label function over tensors
         tensors = dataset_tensors(dataset)
     if tensors is not None:
@@ -338,7 +360,7 @@ class PartitionedDataModule(FederatedDataModule):
     def __init__(
         self,
         datamodule: L.LightningDataModule,
-        partition: str | Partitioner = "iid",
+        partition: PartitionArg = "iid",
         alpha: float | None = None,
         labels: Any = None,
     ) -> None:

@@ -14,7 +14,7 @@ class DigitsDataModule(TabularDataModule):
     every algorithm is evaluated on the same images; the training rest is split into clients.
 
     Args:
-        partition: ``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"`` or a partitioner instance.
+        partition: a name (``"iid"``, ``"dirichlet"``, ``"pathological"``, ...), a partitioner or a Flower Datasets one.
         alpha: Dirichlet concentration for ``partition="dirichlet"`` (default 0.5); an error with other partitions.
         batch_size: Local mini-batch size.
         eval_batch_size: Batch size of global evaluation.

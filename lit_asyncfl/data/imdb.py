@@ -14,7 +14,7 @@ from torch import Tensor
 
 from lit_asyncfl.checks import check_bool, check_int, check_path
 from lit_asyncfl.data.base import FederatedDataModule, require_files
-from lit_asyncfl.data.partition import Partitioner
+from lit_asyncfl.data.partition import PartitionArg
 
 PAD, UNKNOWN = 0, 1
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -68,7 +68,7 @@ class IMDbDataModule(FederatedDataModule):
         download: Download and extract the archive when missing (needs a network).
         vocab_size: Vocabulary size including the padding and unknown entries.
         max_length: Tokens kept per review (truncated / padded).
-        partition: ``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"`` or a partitioner instance.
+        partition: a name (``"iid"``, ``"dirichlet"``, ``"pathological"``, ...), a partitioner or a Flower Datasets one.
         alpha: Dirichlet concentration (``partition="dirichlet"``).
         batch_size: Local mini-batch size.
         eval_batch_size: Batch size of global evaluation.
@@ -90,7 +90,7 @@ class IMDbDataModule(FederatedDataModule):
         download: bool = False,
         vocab_size: int = 20_000,
         max_length: int = 256,
-        partition: str | Partitioner = "iid",
+        partition: PartitionArg = "iid",
         alpha: float | None = None,
         batch_size: int = 32,
         eval_batch_size: int = 512,

@@ -10,7 +10,7 @@ import torch
 
 from lit_asyncfl.checks import check, check_bool, check_fraction, check_int, check_number
 from lit_asyncfl.data.base import FederatedDataModule
-from lit_asyncfl.data.partition import Natural, Partitioner
+from lit_asyncfl.data.partition import Natural, PartitionArg
 
 
 @dataclass
@@ -122,7 +122,7 @@ class SyntheticDataModule(FederatedDataModule):
         iid: bool = False,
         train_fraction: float = 0.9,
         data_seed: int = 0,
-        partition: str | Partitioner = "natural",
+        partition: PartitionArg = "natural",
         alpha_partition: float | None = None,
         batch_size: int = 10,
         eval_batch_size: int = 1024,

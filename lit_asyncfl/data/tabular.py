@@ -9,7 +9,7 @@ import torch
 
 from lit_asyncfl.checks import check_fraction
 from lit_asyncfl.data.base import FederatedDataModule
-from lit_asyncfl.data.partition import Partitioner
+from lit_asyncfl.data.partition import PartitionArg
 
 
 def held_out_split(
@@ -48,7 +48,7 @@ class TabularDataModule(FederatedDataModule):
 
     def __init__(
         self,
-        partition: str | Partitioner = "iid",
+        partition: PartitionArg = "iid",
         alpha: float | None = None,
         batch_size: int = 10,
         eval_batch_size: int = 512,

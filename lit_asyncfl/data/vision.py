@@ -18,7 +18,7 @@ from torch import Tensor
 
 from lit_asyncfl.checks import check_bool, check_int, check_path
 from lit_asyncfl.data.base import FederatedDataModule, require_files
-from lit_asyncfl.data.partition import Partitioner
+from lit_asyncfl.data.partition import PartitionArg
 from lit_asyncfl.data.transforms import normalize, random_crop_flip
 from lit_asyncfl.traces import safe_pickle_load
 
@@ -49,7 +49,7 @@ class VisionDataModule(FederatedDataModule):
     Args:
         root: Directory holding the dataset (as torchvision lays it out).
         download: Download the files with torchvision when missing (needs a network).
-        partition: ``"iid"``, ``"dirichlet"``, ``"shards"``, ``"quantity"`` or a partitioner instance.
+        partition: a name (``"iid"``, ``"dirichlet"``, ``"pathological"``, ...), a partitioner or a Flower Datasets one.
         alpha: Dirichlet concentration (``partition="dirichlet"``).
         batch_size: Local mini-batch size.
         eval_batch_size: Batch size of global evaluation.
@@ -72,7 +72,7 @@ class VisionDataModule(FederatedDataModule):
         self,
         root: str = "data",
         download: bool = False,
-        partition: str | Partitioner = "iid",
+        partition: PartitionArg = "iid",
         alpha: float | None = None,
         batch_size: int = 32,
         eval_batch_size: int = 1024,
