@@ -67,7 +67,8 @@ def test_hidden_state_does_not_leak_between_jobs(tmp_path, monkeypatch):
     reordered.fit(BatchNormNet(), datamodule=DigitsDataModule())
     assert torch.equal(global_weights(reference), global_weights(reordered))
     bn = reference.global_model.net[2]
-    assert int(bn.num_batches_tracked) == 0  # integer buffers are reset per job, not aggregated
+    # reset per job (never leaked); the global count adds each version's job's batches (as one Trainer counts them)
+    assert int(bn.num_batches_tracked) == int(reordered.global_model.net[2].num_batches_tracked) > 12
 
 
 def _history(trainer):

@@ -16,6 +16,10 @@ class FlatParameters:
     Every other buffer — integer ones such as BatchNorm's ``num_batches_tracked`` and non-persistent ones such as
     attention masks — is not part of the weights that travel between clients and server: :meth:`load` restores it
     to its value at binding time, so each local training starts from the same state whatever ran before.
+    BatchNorm's ``num_batches_tracked`` counters are read after a job as :meth:`tracked` (the batches each layer
+    counted since binding) and set in the global model by ``load(weights, tracked)``: the server aggregates them
+    (see :class:`~lit_asyncfl.core.server.Server`), so the global model counts its training batches as one
+    ``lightning.Trainer`` does.
 
     Args:
         module: The module to bind; its parameters are re-pointed to views of the new flat tensor.
@@ -34,6 +38,7 @@ class FlatParameters:
         params = list(module.parameters())
         flat_buffers: list[tuple[nn.Module, str, Tensor]] = []
         fixed: list[tuple[Tensor, Tensor]] = []
+        counters: list[tuple[Tensor, Tensor]] = []
         seen: set[int] = set()
         unique_flat: list[Tensor] = []
         for mod in module.modules():
@@ -48,6 +53,8 @@ class FlatParameters:
                         unique_flat.append(buf)
                 elif first:
                     fixed.append((buf, buf.detach().clone()))
+                    if isinstance(mod, nn.modules.batchnorm._NormBase) and name == "num_batches_tracked":
+                        counters.append(fixed[-1])
         tensors = [p.data for p in params] + unique_flat
         if not tensors:
             raise ValueError(f"{type(module).__name__} has no floating-point parameters or buffers to train")
@@ -72,6 +79,7 @@ class FlatParameters:
             mod._buffers[name] = views[id(buf)]
         self.params = params
         self._fixed = fixed
+        self._counters = counters
 
     @property
     def numel(self) -> int:
@@ -83,12 +91,32 @@ class FlatParameters:
         """Bytes of one copy of the model (what a client downloads or uploads)."""
         return self.flat.numel() * self.flat.element_size()
 
-    def load(self, weights: Tensor) -> None:
-        """Copy ``weights`` into the module in one operation (and reset the buffers outside the flat vector)."""
+    def load(self, weights: Tensor, tracked: Tensor | None = None) -> None:
+        """Copy ``weights`` into the module in one operation (and reset the buffers outside the flat vector; with
+        ``tracked``, set BatchNorm's ``num_batches_tracked`` to their binding values plus ``tracked``, one entry
+        per layer as :meth:`tracked` reads them)."""
         with torch.no_grad():
             self.flat.copy_(weights)
             for buf, initial in self._fixed:
                 buf.copy_(initial)
+            if tracked is not None:
+                for (buf, initial), count in zip(self._counters, tracked.tolist(), strict=True):
+                    buf.copy_(initial + count)
+
+    def tracked(self) -> Tensor | None:
+        """Batches each BatchNorm layer counted (``num_batches_tracked``) since binding or the last :meth:`load`, as
+        an ``int64`` vector (``None`` for a module without BatchNorm statistics).
+
+        Example:
+            >>> net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+            >>> flat = FlatParameters(net)
+            >>> _ = net(torch.randn(4, 2)), net(torch.randn(4, 2))
+            >>> flat.tracked()
+            tensor([2])
+        """
+        if not self._counters:
+            return None
+        return torch.stack([(buf - initial).reshape(()).cpu() for buf, initial in self._counters]).long()
 
     def param_views(self, weights: Tensor) -> list[Tensor]:
         """Views of a flat vector shaped like the module's parameters (same order as ``self.params``)."""

@@ -76,8 +76,12 @@ class Server:
     weights :math:`p_i` (:math:`\sum_i p_i b_i / \sum_i p_i` over the updates with :math:`p_i > 0`; the buffers
     stay as they were when every :math:`p_i` is 0), as the authors' code and APPFL average them. Aggregators
     whose rule is a convex combination of models (``ModelAverage``, ``Mixing``, ``SlidingWindowAverage``) apply
-    it to the buffers as to the parameters. Integer and non-persistent buffers (``num_batches_tracked``) never
-    travel: every local training starts from their value when the trainer bound the model.
+    it to the buffers as to the parameters. Integer and non-persistent buffers never travel: every local training
+    starts from their value when the trainer bound the model. **BatchNorm's** ``num_batches_tracked`` **counts**
+    what the global model trained on: each version adds the weighted mean (:math:`p_i` as above, rounded to an
+    integer) of the batches the aggregated jobs counted (:attr:`batches_tracked`; FedAvg's average of the
+    clients' counts, as Flower and FedML average every state-dict entry), so with one client it is that client's
+    count, as under one ``lightning.Trainer``.
     """
 
     def __init__(
@@ -117,6 +121,9 @@ class Server:
         ]
         self._workspace_factory = workspace_factory
         self._workspace: Any = None
+        #: Batches each BatchNorm layer of the global model has counted since the start (``int64``; ``None``: no
+        #: update carried counts), the global ``num_batches_tracked`` minus its initial value.
+        self.batches_tracked: Tensor | None = None
 
     @property
     def workspace(self) -> Any:
@@ -201,12 +208,21 @@ class Server:
             )
             return False
         self.previous_weights, self.weights = self.weights, new_weights
+        self._count_batches(buffered)
         self.version += 1
         self.stats.aggregated += len(updates)
         self.aggregator.on_aggregated(self, updates)
         for cb in self.callbacks:
             cb.on_aggregated(self, updates)
         return True
+
+    def _count_batches(self, buffered: list[tuple[ClientUpdate, float]]) -> None:
+        """Add the weighted mean of the aggregated jobs' BatchNorm batch counts to :attr:`batches_tracked`."""
+        entries = [(u.batches_tracked, w) for u, w in buffered if w > 0 and u.batches_tracked is not None]
+        if not entries:
+            return
+        mean = weighted_average([c.double() for c, _ in entries], [w for _, w in entries]).round().long()
+        self.batches_tracked = mean if self.batches_tracked is None else self.batches_tracked + mean
 
     def _buffer_average(self, buffered: list[tuple[ClientUpdate, float]], n: int) -> Tensor:
         """The floating buffers of the next model: the weighted mean of the aggregated uploads' buffers."""
@@ -228,6 +244,7 @@ class Server:
             "stats": asdict(self.stats),
             "aggregator": self.aggregator.state_dict(),
             "callbacks": {cb.state_key: cb.state_dict() for cb in self.callbacks},
+            "batches_tracked": self.batches_tracked,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -236,6 +253,7 @@ class Server:
         self.version = int(state["version"])
         self.now = float(state["now"])
         self.stats = ServerStats(**state["stats"])
+        self.batches_tracked = state.get("batches_tracked")
         self.aggregator.load_state_dict(state["aggregator"])
         for cb in self.callbacks:
             if cb.state_key in state["callbacks"]:

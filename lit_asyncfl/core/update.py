@@ -107,6 +107,8 @@ class ClientUpdate:
         info: Free-form extras written by client callbacks (e.g. merge statistics).
         metrics: What the module logged with ``self.log`` in ``training_step`` during the job, each value's mean
             over the job's steps (weighted by batch size) or its metric object's value at the job's end.
+        batches_tracked: Batches each BatchNorm layer of the module counted during the job (its
+            ``num_batches_tracked`` increments, ``int64``), or ``None`` for a module without BatchNorm statistics.
     """
 
     job: ClientJob
@@ -118,6 +120,7 @@ class ClientUpdate:
     staleness: int = -1
     info: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    batches_tracked: Tensor | None = None
 
     @property
     def client(self) -> int:
@@ -146,6 +149,7 @@ class ClientUpdate:
             "staleness": self.staleness,
             "info": dict(self.info),
             "metrics": dict(self.metrics),
+            "batches_tracked": self.batches_tracked,
         }
 
     @classmethod

@@ -9,7 +9,15 @@ import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, TensorDataset, default_collate
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    TensorDataset,
+    default_collate,
+)
 
 from lit_asyncfl.checks import check_fraction, check_int
 from lit_asyncfl.data.partition import PartitionArg, Partitioner, partition_counts, resolve_partitioner
@@ -107,6 +115,8 @@ class FederatedDataModule(L.LightningDataModule):
         self.partition_counts: np.ndarray | None = None
         #: Drop each client epoch's last incomplete batch (a wrapped ``DataLoader``'s ``drop_last``).
         self.drop_last = False
+        #: Shuffle each client epoch (``False``: a wrapped ``DataLoader(shuffle=False)``; each client's shard in order).
+        self.shuffle = True
         #: ``sample -> label`` for label-based partitions of datasets without ``targets`` (``None``: found).
         self.label_fn: Any = None
         self._full_train_set: Dataset | None = None
@@ -244,6 +254,7 @@ class FederatedDataModule(L.LightningDataModule):
             drop_last=self.drop_last,
             label_fn=self.label_fn,
             columns=self.train_columns,
+            shuffle=self.shuffle,
         )
         self.partition_counts = partition_counts(
             labels if labels is not None else np.zeros(len(train), dtype=np.float64),  # type: ignore[arg-type]
@@ -266,6 +277,7 @@ def split_dataset(
     drop_last: bool = False,
     label_fn: Any = None,
     columns: dict[str, np.ndarray] | None = None,
+    shuffle: bool = True,
 ) -> tuple[ClientShards | DatasetShards, np.ndarray | None]:
     """Partition ``dataset``: resident tensors for a static tensor dataset, else read through a ``DataLoader`` at
     every draw (``transform``: the per-batch transform of resident inputs, see :class:`ClientShards`; ``columns``:
@@ -289,8 +301,36 @@ def split_dataset(
     if tensors is None and static and dataset_tensors(dataset) is not None:  # a label function over tensors
         tensors = dataset_tensors(dataset)
     if tensors is not None:
-        return ClientShards(tensors[0], tensors[1], indices, device, transform, drop_last), labels
-    return DatasetShards(dataset, indices, device, collate_fn, transform, drop_last), labels
+        return ClientShards(tensors[0], tensors[1], indices, device, transform, drop_last, shuffle), labels
+    return DatasetShards(dataset, indices, device, collate_fn, transform, drop_last, shuffle), labels
+
+
+def loader_shuffles(loader: DataLoader) -> bool:
+    """Whether a training ``DataLoader`` shuffles, read from its sampler: ``shuffle=True`` (a ``RandomSampler``)
+    gives each client job a seeded shuffle of the client's shard per epoch, ``shuffle=False`` (a
+    ``SequentialSampler``) each client's shard in dataset order every epoch. Any other sampler is refused: the
+    clients' batches cannot follow it.
+
+    Example:
+        >>> data = TensorDataset(torch.zeros(4, 1))
+        >>> loader_shuffles(DataLoader(data, shuffle=True)), loader_shuffles(DataLoader(data))
+        (True, False)
+    """
+    if isinstance(loader.dataset, IterableDataset):
+        raise ValueError(
+            f"the training DataLoader's dataset {type(loader.dataset).__name__} is an IterableDataset, which cannot be "
+            "split into clients; give a map-style dataset (with __len__ and __getitem__)"
+        )
+    sampler = loader.sampler
+    if type(sampler) is SequentialSampler:
+        return False
+    if type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None:
+        return True
+    raise ValueError(
+        f"the training DataLoader's sampler {type(sampler).__name__} cannot be followed per client (its dataset is "
+        "split into the clients, each iterating its own shard); use shuffle=True (a seeded shuffle of each client's "
+        "shard per epoch) or shuffle=False (each client's shard in order)"
+    )
 
 
 class PartitionedDataModule(FederatedDataModule):
@@ -298,7 +338,8 @@ class PartitionedDataModule(FederatedDataModule):
 
     Args:
         datamodule: The user's data module (its ``train_dataloader().dataset`` is partitioned, in batches of that
-            loader's ``batch_size``, with its ``collate_fn`` and ``drop_last``; its validation and test loaders are
+            loader's ``batch_size``, with its ``collate_fn``, ``drop_last`` and ``shuffle`` (see
+            :func:`loader_shuffles`); its validation and test loaders are
             used as they are).
         partition: See :class:`FederatedDataModule`.
         alpha: Dirichlet concentration.
@@ -339,6 +380,7 @@ class PartitionedDataModule(FederatedDataModule):
             self.train_set = loader.dataset
             self.batch_size = loader.batch_size or self.batch_size
             self.drop_last = bool(loader.drop_last)
+            self.shuffle = loader_shuffles(loader)
             inner = self.datamodule
             # a federated inner module's loader prepares inputs; the clients' transform does that here instead
             self.collate_fn = inner.collate_fn if isinstance(inner, FederatedDataModule) else loader.collate_fn

@@ -16,8 +16,8 @@ class LoaderDataModule(L.LightningDataModule):
     """A data module over given dataloaders: what ``fit(model, train_loader, val_loader)`` trains and evaluates.
 
     Its training loader's dataset is split into the clients (:class:`~lit_asyncfl.data.PartitionedDataModule`, IID
-    by default), with the loader's ``batch_size``, ``collate_fn`` and ``drop_last``. Without validation loaders the
-    global model is not evaluated (as ``Trainer.fit`` validates nothing without them).
+    by default), with the loader's ``batch_size``, ``collate_fn``, ``drop_last`` and ``shuffle``. Without validation
+    loaders the global model is not evaluated (as ``Trainer.fit`` validates nothing without them).
 
     Args:
         train: The training ``DataLoader``.

@@ -41,6 +41,8 @@ class ClientShards:
         transform: ``(inputs, generator) -> inputs`` applied to every gathered batch, drawing any randomness
             (e.g. random crops) from the job's generator so runs stay reproducible.
         drop_last: Drop each epoch's last incomplete batch (as the user's ``DataLoader(drop_last=True)``).
+        shuffle: Shuffle each epoch from the job's generator (``False``: every epoch iterates the client's shard in
+            dataset order, as the user's ``DataLoader(shuffle=False)`` iterates under ``lightning.Trainer``).
 
     Example:
         >>> shards = ClientShards(torch.arange(6.0).view(6, 1), torch.arange(6), [np.array([0, 1, 2]), np.array([5])])
@@ -59,6 +61,7 @@ class ClientShards:
         device: torch.device | str = "cpu",
         transform: Callable[[Tensor, torch.Generator], Tensor] | None = None,
         drop_last: bool = False,
+        shuffle: bool = True,
     ) -> None:
         if len(inputs) != len(targets):
             raise ValueError(f"inputs and targets differ in length: {len(inputs)} != {len(targets)}")
@@ -69,6 +72,7 @@ class ClientShards:
         self._sizes = np.array([len(i) for i in indices], dtype=np.int64)
         self.transform = transform
         self.drop_last = drop_last
+        self.shuffle = shuffle
 
     @property
     def num_clients(self) -> int:
@@ -94,10 +98,10 @@ class ClientShards:
         return moved
 
     def batches(self, client: int, batch_size: int, generator: torch.Generator) -> Iterator[list[Tensor]]:
-        """One epoch of shuffled ``[inputs, targets]`` batches of a client (the last batch may be smaller, unless
-        ``drop_last``)."""
+        """One epoch of ``[inputs, targets]`` batches of a client, shuffled unless ``shuffle=False`` (the last batch
+        may be smaller, unless ``drop_last``)."""
         idx = self.indices[client]
-        order = idx[torch.randperm(len(idx), generator=generator).to(self.device)]
+        order = idx[torch.randperm(len(idx), generator=generator).to(self.device)] if self.shuffle else idx
         end = steps_per_epoch(len(order), batch_size, self.drop_last) * batch_size
         for start in range(0, min(end, len(order)), batch_size):
             chunk = order[start : start + batch_size]
@@ -118,6 +122,7 @@ class DatasetShards:
         transform: ``(inputs, generator) -> inputs`` applied to the first element of every ``[inputs, ...]`` batch
             (see :class:`ClientShards`).
         drop_last: Drop each epoch's last incomplete batch.
+        shuffle: Shuffle each epoch (see :class:`ClientShards`).
     """
 
     def __init__(
@@ -128,9 +133,11 @@ class DatasetShards:
         collate_fn: Any = None,
         transform: Callable[[Tensor, torch.Generator], Tensor] | None = None,
         drop_last: bool = False,
+        shuffle: bool = True,
     ) -> None:
         self.transform = transform
         self.drop_last = drop_last
+        self.shuffle = shuffle
         self.dataset = dataset
         self.indices = [np.asarray(i, dtype=np.int64) for i in indices]
         self.device = torch.device(device)
@@ -159,11 +166,12 @@ class DatasetShards:
         return moved
 
     def batches(self, client: int, batch_size: int, generator: torch.Generator) -> Iterator[Any]:
-        """One epoch of shuffled batches of a client, moved to the device: the same order as :class:`ClientShards`
-        draws from ``generator`` (so a dataset holding the same tensors gives the same run), each sample read with
-        ``dataset[i]`` and the batch made by the loader's ``collate_fn`` (PyTorch's default collate otherwise)."""
+        """One epoch of batches of a client (shuffled unless ``shuffle=False``), moved to the device: the same order as
+        :class:`ClientShards` draws from ``generator`` (so a dataset holding the same tensors gives the same run),
+        each sample read with ``dataset[i]`` and the batch made by the loader's ``collate_fn`` (PyTorch's default
+        collate otherwise)."""
         idx = self.indices[client]
-        order = idx[torch.randperm(len(idx), generator=generator).numpy()]
+        order = idx[torch.randperm(len(idx), generator=generator).numpy()] if self.shuffle else idx
         end = steps_per_epoch(len(order), batch_size, self.drop_last) * batch_size
         collate = self.collate_fn if self.collate_fn is not None else default_collate
         for start in range(0, min(end, len(order)), batch_size):

@@ -177,6 +177,7 @@ class LocalEngine:
     def finish_job(self, job: ClientJob, start_weights: Tensor, steps: int, loss_sum: Any) -> ClientUpdate:
         """The update of the job just trained on :attr:`module`, after the client callbacks' ``on_train_end``."""
         update = self.make_update(job, self.flat.read(), start_weights, steps, loss_sum, self.job_info)
+        update.batches_tracked = self.flat.tracked()
         if self.job_log is not None:
             update.metrics = self.job_log.results()[0]
             self.job_log = None

@@ -35,7 +35,7 @@ def save_run_checkpoint(trainer: FederatedTrainer, path: str | os.PathLike, weig
             "a resumable checkpoint can only be written between events (on_event_end, on_fit_end); pass "
             "weights_only=True to save the global model alone"
         )
-    flat.load(sim.server.weights)
+    flat.load(sim.server.weights, sim.server.batches_tracked)
     run: dict[str, Any] = {"version": sim.server.version, "virtual_time": sim.now}
     if not weights_only:
         simulation = sim.state_dict()

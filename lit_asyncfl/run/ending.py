@@ -58,7 +58,7 @@ def summarize(trainer: FederatedTrainer, sim: Simulator, reason: str) -> None:
     """End the run's record: the global model holds the final weights, ``trainer.summary`` says how it went."""
     trainer.stop_reason = reason
     assert trainer._flat is not None
-    trainer._flat.load(sim.server.weights)
+    trainer._flat.load(sim.server.weights, sim.server.batches_tracked)
     trainer.summary = run_summary(
         trainer.history,
         sim,
