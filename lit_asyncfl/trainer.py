@@ -35,7 +35,7 @@ from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.simulator import ON_CLIENT_ERROR, Simulator, sample_profiles
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
-from lit_asyncfl.data.loaders import fit_data
+from lit_asyncfl.data.loaders import eval_data, fit_data
 from lit_asyncfl.devices import DeviceModel, UniformRatio
 from lit_asyncfl.evaluation import GlobalEvaluation, eval_loader, evaluate_stage
 from lit_asyncfl.executors.factory import DEFAULT_NUM_THREADS, build_executor, check_engine, resolve_device
@@ -43,8 +43,14 @@ from lit_asyncfl.executors.ray.executor import RayExecutor, check_executor
 from lit_asyncfl.executors.sequential import SequentialExecutor
 from lit_asyncfl.hparams import run_fingerprint, run_hyperparameters
 from lit_asyncfl.loggers import claim_log_dir, resolve_loggers
-from lit_asyncfl.loops.contract import check_lightning_contract, check_manual_optimization, check_model_fits_data
+from lit_asyncfl.loops.contract import (
+    check_lightning_contract,
+    check_manual_optimization,
+    check_model_fits_data,
+    evaluation_loaders,
+)
 from lit_asyncfl.reporting import run_summary
+from lit_asyncfl.trainer_flags import lightning_flags_refused
 
 log = logging.getLogger("lit_asyncfl")
 
@@ -151,6 +157,7 @@ class FederatedTrainer:
         (3, 3)
     """
 
+    @lightning_flags_refused  # lightning.Trainer's flags and seed_everything: refused naming their routes
     def __init__(
         self,
         algorithm: Algorithm | str = "fedasync",
@@ -420,15 +427,19 @@ class FederatedTrainer:
     def validate(
         self,
         model: L.LightningModule | None = None,
-        datamodule: L.LightningDataModule | None = None,
+        dataloaders: Any = None,
         ckpt_path: str | None = None,
         verbose: bool = True,
+        datamodule: L.LightningDataModule | None = None,
     ) -> list[dict[str, float]]:
         """Evaluate a model on the validation data, as ``lightning.Trainer.validate`` does.
 
         Args:
             model: The model (default: the global model after :meth:`fit`).
-            datamodule: The data (default: the one of :meth:`fit`).
+            dataloaders: The validation loader(s), or a data module (as in Lightning, ``validate(model, dm)`` is
+                ``validate(model, datamodule=dm)``).
+            datamodule: The data. Without ``dataloaders`` or ``datamodule``: a passed module's own
+                ``val_dataloader`` hook, else the data of :meth:`fit`.
             ckpt_path: Weights to evaluate: a checkpoint of this library or any Lightning checkpoint of the model,
                 ``"best"`` (the best model of a :class:`~lit_asyncfl.callbacks.ModelCheckpoint`) or ``"last"``
                 (this run's ``last.ckpt``); ``None``: the model's current weights.
@@ -437,21 +448,26 @@ class FederatedTrainer:
         Returns:
             A list with one dict of the logged metrics.
         """
-        return self._evaluate_stage("validate", model, datamodule, ckpt_path, verbose)
+        return self._evaluate_stage(
+            "validate", model, eval_data("validate", model, dataloaders, datamodule), ckpt_path, verbose
+        )
 
     def test(
         self,
         model: L.LightningModule | None = None,
-        datamodule: L.LightningDataModule | None = None,
+        dataloaders: Any = None,
         ckpt_path: str | None = None,
         verbose: bool = True,
+        datamodule: L.LightningDataModule | None = None,
     ) -> list[dict[str, float]]:
         """Evaluate a model on the test data, as ``lightning.Trainer.test`` does (arguments as :meth:`validate`).
 
         Returns:
             A list with one dict of the logged metrics.
         """
-        return self._evaluate_stage("test", model, datamodule, ckpt_path, verbose)
+        return self._evaluate_stage(
+            "test", model, eval_data("test", model, dataloaders, datamodule), ckpt_path, verbose
+        )
 
     def save_checkpoint(self, path: str | os.PathLike, weights_only: bool = False) -> None:
         """Write a Lightning checkpoint of the current global model (atomically).
@@ -528,8 +544,7 @@ class FederatedTrainer:
         )
         model.to(self.device)
         probe_batch = next(iter(shards.batches(0, dm.batch_size, torch.Generator().manual_seed(self.seed))))
-        if self.engine != "lightning":  # (a real Trainer per job may give training_step what a probe cannot)
-            check_model_fits_data(model, probe_batch, type(datamodule).__name__)
+        check_model_fits_data(model, probe_batch, type(datamodule).__name__)
         for cb in algo.client_callbacks:  # what a client callback can only check on a real batch (e.g. MOON's z)
             if callable(getattr(cb, "check_batch", None)):
                 cb.check_batch(model, probe_batch)
@@ -578,7 +593,9 @@ class FederatedTrainer:
             client_state=self.client_state,
         )
         self._check_some_device_comes_online(sim)
-        self.evaluation.setup(model, flat.load, eval_loader(dm), self._wall_seconds, self.seed)
+        evaluation = self.evaluation
+        loaders = evaluation_loaders(model, lambda: eval_loader(dm), evaluation.monitor, algo.scheduler, self.callbacks)
+        self.evaluation.setup(model, flat.load, loaders, self._wall_seconds, self.seed)
         self._final_state = None
         self._hooks.setup()
         self._fingerprint = run_fingerprint(self, model, flat.numel, dm, flat.flat.dtype)
