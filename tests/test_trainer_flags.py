@@ -11,7 +11,7 @@ import lightning as L
 import pytest
 import torch
 from conftest import make_trainer
-from torch.utils.data import DataLoader, Sampler, TensorDataset
+from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 from wild_modules import LClassifier, LData, TinyGAN
 
 from lit_asyncfl import FederatedTrainer
@@ -66,20 +66,8 @@ def test_seed_everything_before_the_trainer_is_refused_unless_seed_says_it(tmp_p
     assert make_trainer(tmp_path, "fedavg", max_versions=1).seed == 0  # the same seed: nothing replaced
 
 
-# -- gradient clipping: each client job equals lightning.Trainer(gradient_clip_val=...).fit of its shard -------------
-class _EpochPermutation(Sampler):
-    """The job's batch order: one randperm of the shard per epoch from the job's seed."""
-
-    def __init__(self, n, seed):
-        self.n, self.generator = n, torch.Generator().manual_seed(seed)
-
-    def __len__(self):
-        return self.n
-
-    def __iter__(self):
-        return iter(torch.randperm(self.n, generator=self.generator).tolist())
-
-
+# -- gradient clipping: each client job equals lightning.Trainer(gradient_clip_val=...).fit of its shard, in the
+# job's batch order (one randperm of the shard from the job's seed) ------------------------------------------------
 class _Updates(Callback):
     def __init__(self):
         self.updates = []
@@ -91,7 +79,8 @@ class _Updates(Callback):
 def _lightning_job(model, update, shards, batch_size, **flags):
     idx = shards.indices[update.job.client]
     data = TensorDataset(shards.inputs[idx], shards.targets[idx])
-    loader = DataLoader(data, batch_size=batch_size, sampler=_EpochPermutation(len(idx), update.job.seed))
+    order = RandomSampler(data, generator=torch.Generator().manual_seed(update.job.seed))  # the job's one epoch
+    loader = DataLoader(data, batch_size=batch_size, sampler=order)
     reference = copy.deepcopy(model)
     FlatParameters(reference).load(update.base_weights)
     quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
@@ -106,8 +95,7 @@ def test_gradient_clipping_equals_lightnings_gradient_clip_val(tmp_path, engine,
     clip = 0.05 if algorithm == "norm" else 0.01
     algo, record = FedAvg(), _Updates()
     algo.client_callbacks.append(GradientClipping(clip, algorithm))
-    trainer = make_trainer(tmp_path, algo, num_clients=3, max_versions=2, local_epochs=2, engine=engine,
-                           callbacks=[record])  # fmt: skip
+    trainer = make_trainer(tmp_path, algo, num_clients=3, max_versions=2, engine=engine, callbacks=[record])
     torch.manual_seed(0)
     model = LClassifier(lr=1.0)
     trainer.fit(model, datamodule=LData())
