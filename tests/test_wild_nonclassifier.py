@@ -160,3 +160,15 @@ def test_an_autoencoder_without_validation_step_through_the_cli(tmp_path):
     with pytest.warns(UserWarning, match="Autoencoder has no validation_step: the global model is not evaluated"):
         cli = FederatedCLI(args=args)
     assert cli.trainer.summary["versions"] == 2 and cli.trainer.summary["evaluated"] is False
+
+
+def test_what_needs_an_evaluation_is_refused_when_the_data_has_no_validation_loader(tmp_path):
+    """fit(model, train_loader) evaluates nothing (as Trainer.fit without val loaders): a named monitor used to be
+    silently ignored."""
+    dm = LData()
+    dm.setup("fit")
+    trainer = make_trainer(tmp_path, "fedavg", num_clients=3, max_versions=2, monitor="val_acc")
+    with pytest.warns(UserWarning, match="no val_dataloader or test_dataloader"):
+        with pytest.raises(ValueError, match=r"monitor='val_acc' needs an evaluation .* the data has no validation "
+                                             r"loader; pass val_dataloaders"):  # fmt: skip
+            trainer.fit(ValidatedAutoencoder(), dm.train_dataloader())
