@@ -4,6 +4,8 @@ start's probe unseen by the module, the module's own error at fit start under ev
 
 from __future__ import annotations
 
+import warnings
+
 import lightning as L
 import pytest
 import torch
@@ -74,6 +76,27 @@ def test_the_fit_start_probe_is_not_seen_by_the_module(tmp_path, capsys, engine,
     trainer.fit(module(), loader)
     assert trainer.summary["updates_aggregated"] == 1
     assert capsys.readouterr().out.count("training_step") == expected == 8
+
+
+class Warns(LClassifier):
+    def training_step(self, batch, batch_idx):
+        warnings.warn("a user warning from training_step", UserWarning, stacklevel=1)
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("engine", ["fast", "lightning"])
+def test_the_fit_start_probe_warns_nothing_the_jobs_do_not(tmp_path, engine):
+    """As many of the module's warnings as lightning.Trainer.fit gives (the probe's used to be one more)."""
+    loader = DataLoader(blobs(64), batch_size=16)
+    counts = []
+    for fit in (lambda m: L.Trainer(max_epochs=2, limit_val_batches=0, **QUIET).fit(m, loader),
+                lambda m: make_trainer(tmp_path, "fedavg", num_clients=1, max_versions=1, local_epochs=2,
+                                       engine=engine).fit(m, loader)):  # fmt: skip
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fit(Warns())
+        counts.append(sum("a user warning from training_step" in str(w.message) for w in caught))
+    assert counts == [8, 8]
 
 
 class WrongInputSize(LClassifier):
