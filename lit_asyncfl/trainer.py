@@ -1,58 +1,45 @@
-"""``FederatedTrainer``: checks the settings, wires the parts of a federated run together, and runs it.
+"""``FederatedTrainer``: holds a federated run's settings, wires its parts together at fit start, and runs it.
 
-What happens around the global loop lives in run callbacks (:mod:`lit_asyncfl.callbacks`): progress and Ctrl-C,
-logging, output files, checkpoints, and the user's own. The global evaluation is the run's validation loop
-(:class:`~lit_asyncfl.evaluation.GlobalEvaluation`); the checkpoint format is :mod:`lit_asyncfl.checkpoint`.
+The trainer's own jobs live in :mod:`lit_asyncfl.run` (the argument checks, the wiring, the checkpoint of a run,
+its end, ``validate``/``test``). What happens around the global loop lives in run callbacks
+(:mod:`lit_asyncfl.callbacks`): progress and Ctrl-C, logging, output files, checkpoints, and the user's own. The
+global evaluation is the run's validation loop (:class:`~lit_asyncfl.evaluation.GlobalEvaluation`); the checkpoint
+format is :mod:`lit_asyncfl.checkpoint`.
 """
 
 from __future__ import annotations
 
-import copy
-import logging
-import math
 import os
 import time
-import warnings
 from collections.abc import Iterable
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.loggers import Logger
 
 from lit_asyncfl import checkpoint as ckpt
-from lit_asyncfl import namespaces
-from lit_asyncfl.algorithms import Algorithm, get_algorithm
+from lit_asyncfl.algorithms import Algorithm
 from lit_asyncfl.availability import AlwaysAvailable, Availability
-from lit_asyncfl.callbacks import Callback, ModelCheckpoint, RunCheckpoint
+from lit_asyncfl.callbacks import Callback
 from lit_asyncfl.callbacks.connector import CallbackConnector, configure_callbacks
-from lit_asyncfl.checks import check, check_bool, check_choice, check_int, check_number, check_path
-from lit_asyncfl.core.client_state import ClientStateStore, relative_manifest, resolved_manifest
+from lit_asyncfl.core.client_state import ClientStateStore
 from lit_asyncfl.core.flat import FlatParameters
-from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.simulator import ON_CLIENT_ERROR, Simulator, sample_profiles
-from lit_asyncfl.core.workspace import ModelWorkspace
-from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
+from lit_asyncfl.core.simulator import Simulator
 from lit_asyncfl.data.loaders import eval_data, fit_data
 from lit_asyncfl.devices import DeviceModel, UniformRatio
-from lit_asyncfl.evaluation import GlobalEvaluation, eval_loader, evaluate_stage
-from lit_asyncfl.executors.factory import DEFAULT_NUM_THREADS, build_executor, check_engine, resolve_device
-from lit_asyncfl.executors.ray.executor import RayExecutor, check_executor
+from lit_asyncfl.evaluation import GlobalEvaluation
+from lit_asyncfl.executors.factory import DEFAULT_NUM_THREADS, resolve_device
+from lit_asyncfl.executors.ray.executor import RayExecutor
 from lit_asyncfl.executors.sequential import SequentialExecutor
-from lit_asyncfl.hparams import run_fingerprint, run_hyperparameters
 from lit_asyncfl.loggers import claim_log_dir, resolve_loggers
-from lit_asyncfl.loops.contract import (
-    check_lightning_contract,
-    check_manual_optimization,
-    check_model_fits_data,
-    evaluation_loaders,
-)
-from lit_asyncfl.reporting import run_summary
+from lit_asyncfl.run.checkpointing import restore_run, save_run_checkpoint
+from lit_asyncfl.run.checks import check_trainer_arguments, resolve_algorithm
+from lit_asyncfl.run.ending import finish_run, record_failure
+from lit_asyncfl.run.stages import run_stage
+from lit_asyncfl.run.wiring import build_run
 from lit_asyncfl.trainer_flags import lightning_flags_refused
-
-log = logging.getLogger("lit_asyncfl")
 
 
 class FederatedTrainer:
@@ -189,63 +176,8 @@ class FederatedTrainer:
         client_state_budget: int | None = 2**30,
     ) -> None:
         init_args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
-        self.algorithm = get_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
-        check(
-            isinstance(self.algorithm, Algorithm), f"algorithm must be an Algorithm or a preset name, got {algorithm!r}"
-        )
-        check_int("num_clients", num_clients, 1)
-        check_int("local_epochs", local_epochs, 1)
-        check(
-            max_virtual_time is not None or max_versions is not None,
-            "set a budget: max_virtual_time (virtual seconds) and/or max_versions (aggregations)",
-        )
-        check_number("max_virtual_time", max_virtual_time, 0, open_min=True, optional=True, finite=False)
-        check_int("max_versions", max_versions, 1, optional=True)
-        check(
-            max_versions is not None or max_virtual_time < float("inf"),
-            f"max_virtual_time={max_virtual_time!r} without max_versions leaves the run no finite budget; set a "
-            "budget: a finite max_virtual_time (virtual seconds) and/or max_versions (aggregations)",
-        )
-        check(
-            device_model is None or isinstance(device_model, DeviceModel),
-            f"device_model must be a DeviceModel or None, got {device_model!r}",
-        )
-        check(
-            availability is None or isinstance(availability, Availability),
-            f"availability must be an Availability (see lit_asyncfl.availability) or None, got {availability!r}",
-        )
-        check_number("target_accuracy", target_accuracy)
-        check_path("default_root_dir", default_root_dir)
-        check_bool("enable_progress_bar", enable_progress_bar)
-        check_bool("print_summary", print_summary)
-        check_bool("compile_cohort", compile_cohort)
-        check(
-            mode == "max" or not self.algorithm.scheduler.needs_accuracy,
-            f"{self.algorithm.name} reads the monitored metric as an accuracy (higher is better): use mode='max' "
-            "and monitor an accuracy-like metric",
-        )
-        check(
-            isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32,
-            f"seed must be an integer in [0, 2**32), got {seed!r}",
-        )
-        check_int("checkpoint_every", checkpoint_every, 1, optional=True)
-        check_engine(engine, onednn, compile_cohort, num_threads)
-        check_number("checkpoint_every_seconds", checkpoint_every_seconds, 0, open_min=True, optional=True)
-        check_choice("on_client_error", on_client_error, ON_CLIENT_ERROR)
-        check(
-            on_client_error == "raise" or engine != "cohort",
-            "on_client_error='drop' needs engine='fast' or 'lightning': the cohort engine trains its jobs in one "
-            "batched call, so one job's failure cannot be told from the others'",
-        )
-        check_executor(executor)
-        check_int("client_state_budget", client_state_budget, 0, optional=True)
-        stateful = [type(cb).__name__ for cb in self.algorithm.client_callbacks if cb.uses_client_state]
-        check(
-            not any(cb.uses_client_state and cb.runs_on_workers for cb in self.algorithm.client_callbacks),
-            f"client callbacks {stateful} keep per-client state, which lives in the simulation's process: they "
-            "must keep runs_on_workers=False",
-        )
-        self.algorithm.scheduler.setup(num_clients)  # e.g. concurrency larger than num_clients fails here
+        self.algorithm = resolve_algorithm(algorithm)
+        check_trainer_arguments(self.algorithm, init_args)
 
         self.num_clients = num_clients
         self.local_epochs = local_epochs
@@ -391,7 +323,7 @@ class FederatedTrainer:
             raise
         try:
             if checkpoint is not None:
-                self._restore(checkpoint, str(ckpt_path))
+                restore_run(self, checkpoint, str(ckpt_path))
             self._hooks.call("on_fit_start")
             if checkpoint is None:
                 sim.start()
@@ -405,18 +337,10 @@ class FederatedTrainer:
                 self._hooks.after_event,
                 max_stalled_arrivals=max(100, 10 * self.num_clients),
             )
-            self._finish(sim, loop_reason)
+            finish_run(self, sim, loop_reason)
             self._hooks.call("on_fit_end")
         except BaseException as exc:
-            if self._hooks.pending is not None and self._hooks.pending is not exc:  # the event itself raised after
-                log.warning("lit_asyncfl: a run callback had raised earlier in the failing event: %r",
-                            self._hooks.pending)  # fmt: skip
-                _add_note(exc, f"(a run callback had raised earlier in the same event: {self._hooks.pending!r})")
-                self._hooks.pending = None
-            if self.run_started:  # else (a refused resume, a failing start) nothing of a run exists to write
-                self._summarize_failure(sim, exc)
-            for error in self._hooks.call_all("on_exception", exc):  # every callback's, whatever one raises
-                _add_note(exc, f"(while handling it, on_exception of a run callback raised {error!r})")
+            record_failure(self, sim, exc)
             raise  # the original exception, never one raised while handling it
         finally:
             if self.executor is not None:
@@ -448,8 +372,8 @@ class FederatedTrainer:
         Returns:
             A list with one dict of the logged metrics.
         """
-        return self._evaluate_stage(
-            "validate", model, eval_data("validate", model, dataloaders, datamodule), ckpt_path, verbose
+        return run_stage(
+            self, "validate", model, eval_data("validate", model, dataloaders, datamodule), ckpt_path, verbose
         )
 
     def test(
@@ -465,9 +389,7 @@ class FederatedTrainer:
         Returns:
             A list with one dict of the logged metrics.
         """
-        return self._evaluate_stage(
-            "test", model, eval_data("test", model, dataloaders, datamodule), ckpt_path, verbose
-        )
+        return run_stage(self, "test", model, eval_data("test", model, dataloaders, datamodule), ckpt_path, verbose)
 
     def save_checkpoint(self, path: str | os.PathLike, weights_only: bool = False) -> None:
         """Write a Lightning checkpoint of the current global model (atomically).
@@ -478,282 +400,11 @@ class FederatedTrainer:
                 history and the run callbacks' states, and resumes the run exactly: that needs a consistent state,
                 i.e. an event boundary (e.g. in ``on_event_end`` or ``on_fit_end``, not ``on_evaluation_end``).
         """
-        sim, model, flat = self.simulator, self.global_model, self._flat
-        if sim is None or model is None or flat is None:
-            raise RuntimeError("nothing to checkpoint: call fit() first")
-        if not weights_only and sim.in_event:
-            raise RuntimeError(
-                "a resumable checkpoint can only be written between events (on_event_end, on_fit_end); pass "
-                "weights_only=True to save the global model alone"
-            )
-        flat.load(sim.server.weights)
-        run: dict[str, Any] = {"version": sim.server.version, "virtual_time": sim.now}
-        if not weights_only:
-            simulation = sim.state_dict()
-            if "client_state" in simulation:  # its files named relative to the checkpoint: the run dir may move
-                base = os.path.dirname(os.path.abspath(path))
-                simulation["client_state"] = relative_manifest(simulation["client_state"], base)
-            run.update(
-                fingerprint=self._fingerprint,
-                monitor=self.evaluation.monitor_name,
-                simulation=simulation,
-                **self._resumable_history_and_callbacks(),
-                wall_seconds=self._wall_seconds(),
-            )
-        checkpoint = ckpt.model_checkpoint(model, self._user_datamodule, sim.server.version, run)
-        self._hooks.call("on_save_checkpoint", checkpoint)  # as Lightning: the callbacks', then the module's
-        model.on_save_checkpoint(checkpoint)
-        ckpt.save(checkpoint, path)
+        save_run_checkpoint(self, path, weights_only)
 
     # -- wiring -----------------------------------------------------------------------------------------------
     def _build(self, model: L.LightningModule, datamodule: L.LightningDataModule) -> Simulator:
-        if not isinstance(model, namespaces.classes("LightningModule")):
-            raise TypeError(f"model must be a LightningModule, got {type(model).__name__}")
-        if not isinstance(datamodule, namespaces.classes("LightningDataModule")):
-            raise TypeError(f"datamodule must be a LightningDataModule, got {type(datamodule).__name__}")
-        dm = datamodule if isinstance(datamodule, FederatedDataModule) else PartitionedDataModule(datamodule)
-        dm.prepare_data()
-        dm.setup("fit")
-        self.datamodule = dm
-        dm.check_model(model)
-        self._user_datamodule = datamodule
-        ckpt.check_hparams_loadable(model)
-        ckpt.check_hparams_loadable(datamodule)
-        check_lightning_contract(model, self.engine, datamodule)
-        algo = self.algorithm
-        check_manual_optimization(model, algo.client_callbacks)
-        for cb in algo.client_callbacks:
-            cb.check_module(model)
-        self.client_state = None
-        if any(cb.uses_client_state for cb in algo.client_callbacks):
-            self.client_state = ClientStateStore(
-                self.client_state_budget, directory=lambda: os.path.join(self.log_dir, "client_state")
-            )
-            for cb in algo.client_callbacks:
-                if cb.uses_client_state:
-                    cb.client_state = self.client_state
-        fraction = max((cb.server_data_fraction for cb in algo.server_callbacks), default=0.0)
-        server_set = dm.split_server_data(fraction, self.seed)  # before the clients' partition
-        profiles = sample_profiles(self.device_model, self.num_clients, self.seed)
-        shards = dm.client_shards(self.num_clients, self.seed, self.device, slowness=profiles.time_per_sample)
-        smallest = min(shards.num_samples(c) for c in range(self.num_clients))
-        check(
-            not dm.drop_last or smallest >= dm.batch_size,
-            f"drop_last=True with batch_size={dm.batch_size}, but a client holds {smallest} samples: its jobs would "
-            "take no step; use fewer clients, a smaller batch_size or drop_last=False",
-        )
-        model.to(self.device)
-        probe_batch = next(iter(shards.batches(0, dm.batch_size, torch.Generator().manual_seed(self.seed))))
-        check_model_fits_data(model, probe_batch, type(datamodule).__name__)
-        for cb in algo.client_callbacks:  # what a client callback can only check on a real batch (e.g. MOON's z)
-            if callable(getattr(cb, "check_batch", None)):
-                cb.check_batch(model, probe_batch)
-        self.global_model = model
-        self._flat = flat = FlatParameters(model)
-        executor = build_executor(
-            self.engine,
-            model,
-            shards,
-            dm.batch_size,
-            algo.client_callbacks,
-            self.device,
-            onednn=self.onednn,
-            compile_cohort=self.compile_cohort,
-            sequential=SequentialExecutor,
-            executor=self.executor,
-            num_threads=self.effective_num_threads,
-        )
-        server = Server(
-            flat.read(),
-            algo.aggregator,
-            algo.server_callbacks,
-            self.num_clients,
-            data=None if server_set is None else tuple(t.to(self.device) for t in server_set.tensors[:2]),
-            workspace_factory=lambda: ModelWorkspace(model, self.device),
-            param_numel=flat.param_numel,
-        )
-        hooks = self._hooks
-        self.simulator = sim = Simulator(
-            server=server,
-            scheduler=algo.scheduler,
-            executor=executor,
-            device_model=self.device_model,
-            num_samples=[shards.num_samples(c) for c in range(self.num_clients)],
-            local_epochs=self.local_epochs,
-            batch_size=dm.batch_size,
-            drop_last=dm.drop_last,
-            seed=self.seed,
-            model_bytes=flat.nbytes,
-            client_callbacks=algo.client_callbacks,
-            profiles=profiles,
-            evaluator=lambda: hooks.current_metrics(sim),
-            observers=[hooks],
-            on_client_error=self.on_client_error,
-            availability=self.availability,
-            client_state=self.client_state,
-        )
-        self._check_some_device_comes_online(sim)
-        evaluation = self.evaluation
-        loaders = evaluation_loaders(model, lambda: eval_loader(dm), evaluation.monitor, algo.scheduler, self.callbacks)
-        self.evaluation.setup(model, flat.load, loaders, self._wall_seconds, self.seed)
-        self._final_state = None
-        self._hooks.setup()
-        self._fingerprint = run_fingerprint(self, model, flat.numel, dm, flat.flat.dtype)
-        self._hparams = run_hyperparameters(self, self._init_args, model, datamodule)
-        return sim
+        return build_run(self, model, datamodule, sequential=SequentialExecutor)
 
-    def _check_some_device_comes_online(self, sim: Simulator) -> None:
-        """Refuse an availability under which no update can ever arrive: no device ever online, or none before the
-        virtual-time budget (known at fit start; a trace is exact)."""
-        if self.availability.always_online:
-            return
-        first = self.availability.next_online(np.arange(self.num_clients), 0.0)
-        name = type(self.availability).__name__
-        check(
-            math.isfinite(first),
-            f"no device is ever online under the availability {name} (for {self.num_clients} clients): no update "
-            "can arrive; check the trace or the model's parameters",
-        )
-        check(
-            self.max_virtual_time is None or first <= self.max_virtual_time,
-            f"under the availability {name} the first device comes online at virtual time {first:g}, after "
-            f"max_virtual_time={self.max_virtual_time!r}: no update can arrive; raise max_virtual_time (or scale the "
-            "trace's time_scale)",
-        )
-
-    def _restore(self, checkpoint: dict[str, Any], path: str) -> None:
-        assert self.simulator is not None and self.global_model is not None and self._flat is not None
-        run = ckpt.run_entries(checkpoint, path, self._fingerprint, self._flat.flat)
-        dropped = int(run["simulation"].get("dropped", {}).get("client_error", 0))
-        check(
-            self.on_client_error == "drop" or dropped == 0,
-            f"checkpoint {path} was written with on_client_error='drop' after {dropped} failing job(s) were dropped: "
-            "a run with on_client_error='raise' would have stopped at the first; resume with on_client_error='drop'",
-        )
-        simulation = run["simulation"]
-        if "client_state" in simulation:
-            base = os.path.dirname(os.path.abspath(path))
-            simulation = {**simulation, "client_state": resolved_manifest(simulation["client_state"], base)}
-        self.simulator.load_state_dict(simulation)
-        ckpt.restore_lightning_state(self.global_model, self._user_datamodule, checkpoint)
-        self.evaluation.restore(run["history"], run["monitor"])
-        self._wall_offset = float(run["wall_seconds"])
-        states = run["callbacks"]
-        for cb in self.callbacks:
-            if cb.state_key in states:
-                cb.load_state_dict(states[cb.state_key])
-        self._hooks.call("on_load_checkpoint", checkpoint)
-
-    # -- the loop ---------------------------------------------------------------------------------------------
     def _wall_seconds(self) -> float:
         return self._wall_offset + (time.perf_counter() - self._wall_start)
-
-    def _resumable_history_and_callbacks(self) -> dict[str, Any]:
-        """The history and callback states to checkpoint (copied: callbacks may keep mutating theirs)."""
-        if self._final_state is not None:
-            return self._final_state
-        states = {cb.state_key: copy.deepcopy(cb.state_dict()) for cb in self.callbacks}
-        return {"history": [dict(row) for row in self.history], "callbacks": states}
-
-    def _finish(self, sim: Simulator, loop_reason: str) -> None:
-        if loop_reason == "stalled":
-            warnings.warn(
-                f"stopped: the last {sim.stalled_arrivals} updates produced no new global version "
-                f"(rejection reasons so far: {sim.server.stats.reasons or 'none'}; jobs dropped: "
-                f"{dict(sim.dropped) or 'none'})",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        if loop_reason == "queue_empty" and not self.availability.always_online:
-            back = self.availability.next_online(np.arange(self.num_clients), sim.now)
-            warnings.warn(
-                f"stopped at virtual time {sim.now:g} (version {sim.server.version}) with nothing left to happen: "
-                f"{'no device is online again' if math.isinf(back) else f'no job in flight until {back:g}'} under "
-                f"the availability {type(self.availability).__name__}; jobs dropped: {dict(sim.dropped) or 'none'}",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        reason = (self.stop_reason or "callback") if loop_reason == "stopped" else loop_reason
-        # What an uninterrupted run has too: the end-of-run checkpoint keeps these, so the off-schedule evaluation
-        # that ends this run is neither in the history nor in the callbacks' states of the run it resumes.
-        self._final_state = self._resumable_history_and_callbacks()
-        if not self.evaluation.has(sim.server.version):
-            self.final_evaluation = True
-            try:
-                self._hooks.evaluate(sim)
-            finally:
-                self.final_evaluation = False
-        self._summarize(sim, reason)
-
-    def _summarize(self, sim: Simulator, reason: str) -> None:
-        """End the run's record: the global model holds the final weights, :attr:`summary` says how it went."""
-        self.stop_reason = reason
-        assert self._flat is not None
-        self._flat.load(sim.server.weights)
-        self.summary = run_summary(
-            self.history,
-            sim,
-            algorithm=self.algorithm.name,
-            num_clients=self.num_clients,
-            monitor=self.evaluation.monitor_name,
-            mode=self.evaluation.mode,
-            target=self.target_accuracy,
-            stop_reason=reason,
-            wall_seconds=self._wall_seconds(),
-        )
-
-    def _summarize_failure(self, sim: Simulator, exc: BaseException) -> None:
-        """The summary of a run an exception ended, for the outputs the callbacks then write (never raises: the
-        original exception is what the user must see)."""
-        try:
-            self._summarize(sim, f"error: {type(exc).__name__}")
-        except Exception as error:  # pragma: no cover (a secondary failure must not hide the first)
-            log.warning("lit_asyncfl: could not summarize the failed run: %r", error)
-
-    # -- validate and test ------------------------------------------------------------------------------------
-    def _evaluate_stage(
-        self,
-        stage: str,
-        model: L.LightningModule | None,
-        datamodule: L.LightningDataModule | None,
-        ckpt_path: str | None,
-        verbose: bool,
-    ) -> list[dict[str, float]]:
-        model = model if model is not None else self.global_model
-        dm = datamodule if datamodule is not None else self.datamodule
-        if model is None or dm is None:
-            raise RuntimeError(f"{stage}: pass a model and a datamodule, or call fit() first")
-        if ckpt_path is not None:
-            path = self._resolve_ckpt_path(ckpt_path)
-            ckpt.load_model_weights(model, ckpt.load(path, self.device))
-        elif self.global_model is None:
-            warnings.warn(
-                f"{stage}() without ckpt_path and without a preceding fit(): evaluating the model's INITIAL weights. "
-                "Pass ckpt_path=<a checkpoint, e.g. a run's checkpoints/last.ckpt> to evaluate a trained model",
-                UserWarning,
-                stacklevel=3,
-            )
-        return evaluate_stage(model.to(self.device), dm, stage, verbose)
-
-    def _resolve_ckpt_path(self, ckpt_path: str) -> str:
-        if ckpt_path == "last":
-            path = os.path.join(self.log_dir, RunCheckpoint.FILENAME)
-            if self.simulator is None or not os.path.isfile(path):
-                raise ValueError('ckpt_path="last" needs a preceding fit() of this trainer')
-            return path
-        if ckpt_path == "best":
-            best = [cb.best_model_path for cb in self.callbacks if isinstance(cb, ModelCheckpoint) and cb.monitor]
-            if not best or not best[0]:
-                raise ValueError(
-                    'ckpt_path="best" needs a ModelCheckpoint(monitor=...) in callbacks that has saved a model; '
-                    "pass a checkpoint path instead"
-                )
-            return best[0]
-        return ckpt_path
-
-
-def _add_note(exc: BaseException, note: str) -> None:
-    """Attach ``note`` to ``exc`` where Python can (3.11+); on 3.10 the note is only in the log, which already has it,
-    so that handling a failure never replaces the run's own exception with an ``AttributeError``."""
-    if hasattr(exc, "add_note"):
-        exc.add_note(note)
