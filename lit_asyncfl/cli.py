@@ -85,8 +85,8 @@ class FederatedCLI(LightningCLI):
     def subcommands() -> dict[str, set[str]]:
         return {
             "fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
-            "validate": {"model", "datamodule"},
-            "test": {"model", "datamodule"},
+            "validate": {"model", "dataloaders", "datamodule"},
+            "test": {"model", "dataloaders", "datamodule"},
         }
 
     def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:

@@ -274,7 +274,8 @@ class GlobalEvaluation:
             if self.monitor not in metrics:
                 raise ValueError(
                     f"monitor={self.monitor!r} is not among the metrics the module logs in validation: "
-                    f"{sorted(metrics)}; set FederatedTrainer(monitor=...) to one of them"
+                    f"{sorted(metrics)}; set FederatedTrainer(monitor=...) to one of them (what training_step logs is "
+                    "each client update's, in update.metrics, not the global model's)"
                 )
             return
         self.monitor_name = find_metric_name(metrics, "accuracy")

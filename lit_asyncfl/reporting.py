@@ -24,6 +24,10 @@ BASE_COLUMNS = (
 )
 
 
+#: Summary keys that only an evaluation of the global model fills ("not evaluated" in the table of a run without).
+EVALUATED_KEYS = ("monitor", "final_accuracy", "best_accuracy", "time_to_target", "versions_to_target")
+
+
 def first_reaching(history: Sequence[dict[str, Any]], target: float, mode: str = "max") -> dict[str, Any] | None:
     """The first evaluation whose ``accuracy`` (the monitored metric) reaches ``target`` (``None`` if none did):
     at or above it for ``mode="max"``, at or below it for ``mode="min"``.
@@ -69,6 +73,7 @@ def run_summary(
         "algorithm": algorithm,
         "num_clients": num_clients,
         "monitor": monitor,
+        **({} if history else {"evaluated": False}),  # no validation_step or no validation data
         "final_accuracy": accs[-1] if accs else None,
         "best_accuracy": (max(accs) if mode == "max" else min(accs)) if accs else None,
         "target_accuracy": target,
@@ -143,7 +148,7 @@ def _fmt(value: Any) -> str:
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """A two-column text table of a run summary.
+    """A two-column text table of a run summary (a run that evaluated nothing says so where a value is missing).
 
     Example:
         >>> print(format_summary({"algorithm": "FedAsync", "final_accuracy": 0.91}))
@@ -155,7 +160,11 @@ def format_summary(summary: dict[str, Any]) -> str:
     width = max(len(k) for k in summary) + 2
     rule = "─" * 34
     lines = [rule]
-    lines += [f" {key.ljust(width)}    {_fmt(value)}" for key, value in summary.items()]
+    unevaluated = set(EVALUATED_KEYS) if summary.get("evaluated") is False else set()
+    lines += [
+        f" {key.ljust(width)}    {'not evaluated' if key in unevaluated and value is None else _fmt(value)}"
+        for key, value in summary.items()
+    ]
     lines.append(rule)
     return "\n".join(lines)
 

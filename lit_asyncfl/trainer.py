@@ -27,7 +27,7 @@ from lit_asyncfl.callbacks.connector import CallbackConnector, configure_callbac
 from lit_asyncfl.core.client_state import ClientStateStore
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.simulator import Simulator
-from lit_asyncfl.data.loaders import fit_data
+from lit_asyncfl.data.loaders import eval_data, fit_data
 from lit_asyncfl.devices import DeviceModel, UniformRatio
 from lit_asyncfl.evaluation import GlobalEvaluation
 from lit_asyncfl.executors.factory import DEFAULT_NUM_THREADS, resolve_device
@@ -39,6 +39,7 @@ from lit_asyncfl.run.checks import check_trainer_arguments, resolve_algorithm
 from lit_asyncfl.run.ending import finish_run, record_failure
 from lit_asyncfl.run.stages import run_stage
 from lit_asyncfl.run.wiring import build_run
+from lit_asyncfl.trainer_flags import lightning_flags_refused
 
 
 class FederatedTrainer:
@@ -143,6 +144,7 @@ class FederatedTrainer:
         (3, 3)
     """
 
+    @lightning_flags_refused  # lightning.Trainer's flags and seed_everything: refused naming their routes
     def __init__(
         self,
         algorithm: Algorithm | str = "fedasync",
@@ -349,15 +351,19 @@ class FederatedTrainer:
     def validate(
         self,
         model: L.LightningModule | None = None,
-        datamodule: L.LightningDataModule | None = None,
+        dataloaders: Any = None,
         ckpt_path: str | None = None,
         verbose: bool = True,
+        datamodule: L.LightningDataModule | None = None,
     ) -> list[dict[str, float]]:
         """Evaluate a model on the validation data, as ``lightning.Trainer.validate`` does.
 
         Args:
             model: The model (default: the global model after :meth:`fit`).
-            datamodule: The data (default: the one of :meth:`fit`).
+            dataloaders: The validation loader(s), or a data module (as in Lightning, ``validate(model, dm)`` is
+                ``validate(model, datamodule=dm)``).
+            datamodule: The data. Without ``dataloaders`` or ``datamodule``: a passed module's own
+                ``val_dataloader`` hook, else the data of :meth:`fit`.
             ckpt_path: Weights to evaluate: a checkpoint of this library or any Lightning checkpoint of the model,
                 ``"best"`` (the best model of a :class:`~lit_asyncfl.callbacks.ModelCheckpoint`) or ``"last"``
                 (this run's ``last.ckpt``); ``None``: the model's current weights.
@@ -366,21 +372,24 @@ class FederatedTrainer:
         Returns:
             A list with one dict of the logged metrics.
         """
-        return run_stage(self, "validate", model, datamodule, ckpt_path, verbose)
+        return run_stage(
+            self, "validate", model, eval_data("validate", model, dataloaders, datamodule), ckpt_path, verbose
+        )
 
     def test(
         self,
         model: L.LightningModule | None = None,
-        datamodule: L.LightningDataModule | None = None,
+        dataloaders: Any = None,
         ckpt_path: str | None = None,
         verbose: bool = True,
+        datamodule: L.LightningDataModule | None = None,
     ) -> list[dict[str, float]]:
         """Evaluate a model on the test data, as ``lightning.Trainer.test`` does (arguments as :meth:`validate`).
 
         Returns:
             A list with one dict of the logged metrics.
         """
-        return run_stage(self, "test", model, datamodule, ckpt_path, verbose)
+        return run_stage(self, "test", model, eval_data("test", model, dataloaders, datamodule), ckpt_path, verbose)
 
     def save_checkpoint(self, path: str | os.PathLike, weights_only: bool = False) -> None:
         """Write a Lightning checkpoint of the current global model (atomically).

@@ -6,6 +6,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lit_asyncfl.evaluation import evaluate, find_metric
 from lit_asyncfl.models import LogisticRegression
@@ -25,7 +26,9 @@ def test_logged_metrics_equal_the_full_set_values_with_uneven_batches():
     assert "log" not in vars(model)  # the capture is removed
 
 
-def test_module_without_validation_step_is_scored_from_its_logits():
+def test_module_without_test_step_is_refused_as_lightning_refuses_it():
+    """No logits scored as a classifier's: only the module's own hooks touch its data (issue 32; it was scored)."""
+
     class Bare(L.LightningModule):
         def __init__(self):
             super().__init__()
@@ -34,15 +37,9 @@ def test_module_without_validation_step_is_scored_from_its_logits():
         def forward(self, x):
             return self.layer(x)
 
-    model = Bare()
-    with torch.no_grad():
-        model.layer.weight.copy_(torch.eye(2))
-        model.layer.bias.zero_()
-    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 3.0]])
-    y = torch.tensor([0, 1, 1, 1])  # predictions 0, 1, 0, 1: accuracy 3/4
-    metrics = evaluate(model, [[x, y]], "test")
-    assert metrics["test_acc"] == pytest.approx(0.75)
-    assert metrics["test_loss"] == pytest.approx(F.cross_entropy(x, y).item())
+    x, y = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 1])
+    with pytest.raises(MisconfigurationException, match=r"No `test_step\(\)` method defined to run `Trainer.test`"):
+        evaluate(Bare(), [[x, y]], "test")
 
 
 @pytest.mark.parametrize(

@@ -2,11 +2,12 @@
 
 The base class and the generic ones (:class:`ClientCallback`, :class:`ProximalTerm`, :class:`LearningRateDecay`),
 staleness-aware learning rates and corrections (ASO-Fed, FedSA), callbacks with per-client state (MOON, FedDyn) and
-FedASMU's fresh-model merge, local differential privacy.
+FedASMU's fresh-model merge, local differential privacy, gradient clipping (Lightning's ``gradient_clip_val``).
 """
 
 from lit_asyncfl.client_callbacks.base import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.client_callbacks.client_state import DynamicRegularizer, ModelContrastive
+from lit_asyncfl.client_callbacks.clipping import GradientClipping
 from lit_asyncfl.client_callbacks.fresh_merge import FreshModelMerge
 from lit_asyncfl.client_callbacks.privacy import LocalGaussianNoise
 from lit_asyncfl.client_callbacks.staleness import DecayedCorrection, DelayAdaptiveStepSize, ParticipationLearningRate
@@ -17,6 +18,7 @@ __all__ = [
     "DelayAdaptiveStepSize",
     "DynamicRegularizer",
     "FreshModelMerge",
+    "GradientClipping",
     "LearningRateDecay",
     "LocalGaussianNoise",
     "ModelContrastive",

@@ -111,3 +111,59 @@ def fit_data(
 
 def _hook_loaders(model: Any, name: str) -> bool:
     return isinstance(model, namespaces.classes("LightningModule")) and namespaces.is_overridden(name, model)
+
+
+class EvalLoaders(L.LightningDataModule):
+    """Evaluation data given as to ``lightning.Trainer.validate``/``test``: loaders, or a module's own hooks.
+
+    Args:
+        loaders: What ``val_dataloader``/``test_dataloader`` return (a loader or a list of them), or ``None``.
+        module: A module whose own ``val_dataloader``/``test_dataloader`` hooks are the data (after its
+            ``setup(stage)`` where it overrides ``setup``, as Lightning runs it), when ``loaders`` is ``None``.
+
+    Example:
+        >>> EvalLoaders([[1], [2]]).val_dataloader()
+        [[1], [2]]
+    """
+
+    def __init__(self, loaders: Any = None, module: Any = None) -> None:
+        super().__init__()
+        self._loaders, self._module = loaders, module
+
+    def setup(self, stage: str) -> None:
+        if self._loaders is None and namespaces.is_overridden("setup", self._module):
+            self._module.setup(stage)
+
+    def val_dataloader(self) -> Any:
+        return self._loaders if self._loaders is not None else self._module.val_dataloader()
+
+    def test_dataloader(self) -> Any:
+        return self._loaders if self._loaders is not None else self._module.test_dataloader()
+
+
+def eval_data(stage: str, model: Any, dataloaders: Any, datamodule: Any) -> L.LightningDataModule | None:
+    """The data of ``validate``/``test(model, dataloaders, ckpt_path, verbose, datamodule)``, read as Lightning reads
+    these arguments: ``dataloaders`` (a loader, a list of them, or a data module, as Lightning accepts), else
+    ``datamodule``, else the passed module's own ``val_dataloader``/``test_dataloader`` hook; ``None``: none of these
+    (the trainer then evaluates on the data of its ``fit``). Loaders and a data module together are refused.
+
+    Example:
+        >>> from lit_asyncfl.data import DigitsDataModule
+        >>> dm = DigitsDataModule()
+        >>> eval_data("validate", None, dm, None) is dm, eval_data("test", None, None, None)
+        (True, None)
+    """
+    if isinstance(dataloaders, namespaces.classes("LightningDataModule")):
+        if datamodule is not None:
+            raise TypeError(f"{stage}: a data module was passed as dataloaders and as datamodule; pass one")
+        return dataloaders
+    if dataloaders is not None:
+        if datamodule is not None:
+            raise TypeError(f"{stage}: pass either dataloaders or datamodule, not both (as lightning.Trainer)")
+        return EvalLoaders(dataloaders)
+    if datamodule is not None:
+        return datamodule
+    hook = "val_dataloader" if stage == "validate" else "test_dataloader"
+    if model is not None and _hook_loaders(model, hook):
+        return EvalLoaders(module=model)
+    return None

@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lit_asyncfl.core.workspace import unseen
+
 #: oneDNN is switched off (``onednn=None``, automatic) when the largest convolution input of a training batch has
 #: at most this many elements and the batch at most :data:`ONEDNN_AUTO_MAX_BATCH` samples. Measured on a 2-core
 #: CPU, one thread, SGD steps of LeNet-5, speed-up of oneDNN off: 8x8 digits 1.51x (batch 5), 1.28x (10), 1.13x
@@ -48,7 +50,7 @@ def largest_conv_input(module: nn.Module, batch: Any) -> torch.Size | None:
     was_training = module.training
     module.eval()
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad(), warnings.catch_warnings():
+        with unseen(), torch.no_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*self\.log\(\)`? but the `self\.trainer` reference.*")
             step = getattr(module, "training_step", None)
             step(batch, 0) if step is not None else module(batch[0])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning as L
@@ -15,7 +16,7 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from lit_asyncfl.checks import check_hooks_run
 from lit_asyncfl.client_callbacks.base import ClientCallback
-from lit_asyncfl.core.workspace import _no_log
+from lit_asyncfl.core.workspace import _no_log, unseen
 from lit_asyncfl.engines.base import parse_optimizers
 from lit_asyncfl.loops.job_trainer import JobTrainer
 from lit_asyncfl.namespaces import is_overridden
@@ -162,9 +163,11 @@ def check_manual_optimization(module: L.LightningModule, callbacks: Sequence[Cli
 
 
 def check_model_fits_data(module: L.LightningModule, batch: Any, data_name: str) -> None:
-    """Run ``training_step`` once on a real client batch (on a copy, without gradients) and refuse at fit start a
-    model that does not fit the data — wrong input size, fewer classes than labels — with a message naming the
-    module, the data and the batch's shapes, instead of an error from deep inside torch at the first job.
+    """Run ``training_step`` once on a real client batch (on a copy, without gradients, after the module's batch
+    hooks; see :func:`~lit_asyncfl.core.workspace.unseen`) and refuse at fit start a model that does not fit the
+    data — wrong input size, fewer classes than labels — with a message naming the module, the data, the batch's
+    shapes and the module's own error, instead of an error from deep inside torch at the first job (every engine:
+    under ``engine="lightning"`` a ``training_step`` that needs what only a real Trainer offers is not probed).
 
     Example:
         >>> from lit_asyncfl.models import LogisticRegression
@@ -178,7 +181,9 @@ def check_model_fits_data(module: L.LightningModule, batch: Any, data_name: str)
     probe.log = probe.log_dict = _no_log  # type: ignore[method-assign,assignment]
     probe._trainer = JobTrainer("fast", 1, 1)
     try:
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):  # the probe's draws (dropout) leave no trace
+        with torch.no_grad(), unseen():  # the probe's draws (dropout) and prints leave no trace
+            batch = probe.on_before_batch_transfer(batch, 0)  # the module's batch hooks, as a job's Trainer runs
+            batch = probe.on_after_batch_transfer(probe.transfer_batch_to_device(batch, probe.device, 0), 0)  # them
             probe.training_step(batch, 0)
     except (RuntimeError, IndexError, ValueError, TypeError) as error:
         shapes = pytree.tree_map(lambda leaf: tuple(leaf.shape) if isinstance(leaf, torch.Tensor) else leaf, batch)
@@ -189,3 +194,68 @@ def check_model_fits_data(module: L.LightningModule, batch: Any, data_name: str)
         ) from None
     except AttributeError:  # what the stand-in Trainer lacks: the contract check names it
         return
+
+
+def evaluation_loaders(
+    module: L.LightningModule,
+    loaders: Callable[[], Any],
+    monitor: str | None,
+    scheduler: Any,
+    callbacks: Sequence[Any],
+) -> Any:
+    """What evaluates the global model (``loaders()``, the data's validation loaders), or ``None``: a module without
+    ``validation_step`` is not evaluated, as ``lightning.Trainer.fit`` skips its validation loop then (nothing else
+    calls the model on data: no logits are scored as a classifier's). Said once, at fit start; what needs an
+    evaluation is refused there, naming it: a named ``monitor``, a scheduler that reads the accuracy
+    (``needs_accuracy``), run callbacks that monitor a metric (``EarlyStopping``, ``ModelCheckpoint(monitor=...)``).
+    The same refusals apply when the data has no validation loader.
+
+    Example:
+        >>> import warnings
+        >>> from lit_asyncfl.models import LogisticRegression
+        >>> evaluation_loaders(LogisticRegression(input_dim=4), lambda: ["loader"], None, None, [])
+        ['loader']
+        >>> class Autoencoder(L.LightningModule):
+        ...     def training_step(self, batch, batch_idx): ...
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     evaluation_loaders(Autoencoder(), lambda: ["loader"], None, None, [])
+        >>> print(caught[0].message)  # doctest: +ELLIPSIS
+        Autoencoder has no validation_step: the global model is not evaluated (as lightning.Trainer.fit ...
+        >>> evaluation_loaders(Autoencoder(), lambda: ["loader"], "val_loss", None, [])
+        Traceback (most recent call last):
+        ...
+        ValueError: monitor='val_loss' needs an evaluation of the global model, but Autoencoder has no ...
+    """
+    name = type(module).__name__
+    has_step = is_overridden("validation_step", module)
+    found = loaders() if has_step else None
+    if found is not None:
+        return found
+    why = f"{name} has no validation_step" if not has_step else "the data has no validation loader"
+    fix = f"define {name}.validation_step and log it there" if not has_step else "pass val_dataloaders"
+    if monitor is not None:
+        raise ValueError(
+            f"monitor={monitor!r} needs an evaluation of the global model, but {why}; {fix}, or leave monitor=None "
+            "(a run callback reads training_step's metrics per client update, in update.metrics)"
+        )
+    if getattr(scheduler, "needs_accuracy", False):
+        raise ValueError(
+            f"{type(scheduler).__name__} reads the global model's accuracy, but {why}; {fix} (logging an "
+            "accuracy), or use a scheduler that does not read it (e.g. FedAsync's or FedBuff's)"
+        )
+    monitoring = [f"{type(cb).__name__}(monitor={cb.monitor!r})" for cb in callbacks if getattr(cb, "monitor", None)]
+    if monitoring:
+        raise ValueError(
+            f"{', '.join(monitoring)} needs an evaluation of the global model, but {why}; {fix}, or drop it (the "
+            "run's checkpoints/last.ckpt is written in any case)"
+        )
+    if not has_step:
+        warnings.warn(
+            f"{name} has no validation_step: the global model is not evaluated (as lightning.Trainer.fit skips its "
+            "validation loop); accuracy, best_accuracy and time_to_target are not available (the summary says "
+            "'not evaluated')",
+            UserWarning,
+            stacklevel=4,  # the user's fit call
+        )
+    return None

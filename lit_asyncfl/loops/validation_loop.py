@@ -9,17 +9,16 @@ from typing import Any
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.trainer.connectors.logger_connector.fx_validator import _FxValidator  # where logging is allowed
 from lightning.pytorch.utilities.data import extract_batch_size  # Lightning's own inference of self.log's size
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
 from torchmetrics import Metric
-from torchmetrics.functional.classification import multiclass_accuracy
 
 from lit_asyncfl.loops.job_trainer import JobTrainer
 from lit_asyncfl.namespaces import is_overridden
 
-#: Stage -> (hook prefix, step method, metric prefix of the logits fallback).
+#: Stage -> (hook prefix, step method).
 STAGES = {"val": ("validation", "validation_step"), "test": ("test", "test_step")}
 _REDUCTIONS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 _TORCH_REDUCTIONS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
@@ -33,6 +32,8 @@ class _Entry:
         self.value: Tensor | None = None
         self.weight = torch.tensor(0.0)
         self.metric: Metric | None = None
+        #: A metric object's value when its dataloader ended (see :meth:`EpochLog.end_dataloader`).
+        self.frozen: float | None = None
 
     def update(self, value: Any, batch_size: int) -> None:
         if isinstance(value, Metric):
@@ -52,6 +53,8 @@ class _Entry:
             )
 
     def compute(self) -> float:
+        if self.frozen is not None:
+            return self.frozen
         if self.metric is not None:
             return float(self.metric.compute())
         assert self.value is not None
@@ -134,6 +137,16 @@ class EpochLog:
         for name, value in dict(dictionary).items():
             self.log(name, value, **kwargs)
 
+    def end_dataloader(self) -> None:
+        """Close the current dataloader, as Lightning does when the next one starts: a metric object logged under
+        its ``/dataloader_idx_N`` key keeps the value it computes now. The object is not reset in between, so
+        one object logged from two loaders reports for the second the value over both, as Lightning does."""
+        if self.num_dataloaders < 2:
+            return
+        for entry, idx in self.entries.values():
+            if idx == self.dataloader_idx and entry.metric is not None and entry.frozen is None:
+                entry.frozen = float(entry.metric.compute())
+
     def results(self) -> list[dict[str, float]]:
         """One dict per dataloader, as ``lightning.Trainer.validate`` returns: the keys logged while that dataloader
         ran, plus those logged outside any dataloader (the epoch-level hooks); metric objects are reset."""
@@ -203,8 +216,8 @@ def run_evaluation(
     ``on_{stage}_epoch_start``, then per batch ``on_before_batch_transfer``, ``transfer_batch_to_device``,
     ``on_after_batch_transfer``, ``on_{stage}_batch_start``, the step, ``on_{stage}_batch_end``; then
     ``on_{stage}_epoch_end``, ``on_{stage}_end`` and ``on_{stage}_model_train`` (the previous mode back). With several
-    dataloaders the step and batch hooks get ``dataloader_idx``. A module without the step is scored as a classifier
-    from its logits (``{stage}_loss`` and ``{stage}_acc``). Without a Trainer attached, ``self.trainer`` is a
+    dataloaders the step and batch hooks get ``dataloader_idx``. A module without the step is refused, as Lightning
+    refuses it (nothing else calls the model on its data). Without a Trainer attached, ``self.trainer`` is a
     :class:`~lit_asyncfl.loops.JobTrainer` of the stage (``global_step``: the global version).
 
     Returns:
@@ -219,7 +232,11 @@ def run_evaluation(
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
     prefix, step_name = STAGES[stage]
-    has_step = is_overridden(step_name, module)
+    if not is_overridden(step_name, module):
+        raise MisconfigurationException(
+            f"No `{step_name}()` method defined to run `Trainer.{'validate' if stage == 'val' else 'test'}` "
+            f"(as Lightning): {type(module).__name__} is evaluated by its own {step_name} only"
+        )
     several = len(dataloaders) > 1
     log = EpochLog(len(dataloaders))
     was_training = module.training
@@ -245,11 +262,9 @@ def run_evaluation(
                 log.batch = batch
                 _hook(module, f"on_{prefix}_batch_start", batch, batch_idx, *extra, log=log)
                 log.hook = step_name
-                if has_step:
-                    output = getattr(module, step_name)(batch, batch_idx, *extra)
-                else:
-                    output = _score_logits(module, batch, stage, log)
+                output = getattr(module, step_name)(batch, batch_idx, *extra)
                 _hook(module, f"on_{prefix}_batch_end", output, batch, batch_idx, *extra, log=log)
+            log.end_dataloader()
         log.batch, log.dataloader_idx = None, None
         _hook(module, f"on_{prefix}_epoch_end", log=log)
         results = log.results()
@@ -263,10 +278,3 @@ def run_evaluation(
         else:
             module.train(was_training)
     return results
-
-
-def _score_logits(module: L.LightningModule, batch: Any, stage: str, log: EpochLog) -> None:
-    x, y = batch[0], batch[1]
-    logits = module(x)
-    log.log(f"{stage}_loss", F.cross_entropy(logits, y))
-    log.log(f"{stage}_acc", multiclass_accuracy(logits, y, num_classes=logits.shape[-1], average="micro"))

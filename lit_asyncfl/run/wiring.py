@@ -23,7 +23,12 @@ from lit_asyncfl.data.base import FederatedDataModule, PartitionedDataModule
 from lit_asyncfl.evaluation import eval_loader
 from lit_asyncfl.executors.factory import build_executor
 from lit_asyncfl.hparams import run_fingerprint, run_hyperparameters
-from lit_asyncfl.loops.contract import check_lightning_contract, check_manual_optimization, check_model_fits_data
+from lit_asyncfl.loops.contract import (
+    check_lightning_contract,
+    check_manual_optimization,
+    check_model_fits_data,
+    evaluation_loaders,
+)
 
 if TYPE_CHECKING:
     from lit_asyncfl.trainer import FederatedTrainer
@@ -75,8 +80,7 @@ def build_run(
     )
     model.to(device)
     probe_batch = next(iter(shards.batches(0, dm.batch_size, torch.Generator().manual_seed(seed))))
-    if trainer.engine != "lightning":  # (a real Trainer per job may give training_step what a probe cannot)
-        check_model_fits_data(model, probe_batch, type(datamodule).__name__)
+    check_model_fits_data(model, probe_batch, type(datamodule).__name__)
     for cb in algo.client_callbacks:  # what a client callback can only check on a real batch (e.g. MOON's z)
         if callable(getattr(cb, "check_batch", None)):
             cb.check_batch(model, probe_batch)
@@ -125,7 +129,9 @@ def build_run(
         client_state=trainer.client_state,
     )
     check_some_device_comes_online(trainer)
-    trainer.evaluation.setup(model, flat.load, eval_loader(dm), trainer._wall_seconds, seed)
+    evaluation = trainer.evaluation
+    loaders = evaluation_loaders(model, lambda: eval_loader(dm), evaluation.monitor, algo.scheduler, trainer.callbacks)
+    evaluation.setup(model, flat.load, loaders, trainer._wall_seconds, seed)
     trainer._final_state = None
     hooks.setup()
     trainer._fingerprint = run_fingerprint(trainer, model, flat.numel, dm, flat.flat.dtype)
