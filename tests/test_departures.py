@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from test_client_state import _job, _one_client_trainer
+from core.test_client_state import _job, _one_client_trainer
 
 from lit_asyncfl.algorithms import WKAFL, FedCompass, FedDyn
 from lit_asyncfl.client import DynamicRegularizer

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 import warnings
 from collections import deque
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from builders import ROOT
 from conftest import RecordsVersions, assert_same, check_determinism_and_exact_resume, run
 
 from lit_asyncfl.algorithms import CA2FL, FADAS, PRESETS, FedFa
@@ -27,8 +27,6 @@ from lit_asyncfl.server import (
     SlidingWindowAverage,
 )
 from lit_asyncfl.server.base import ServerCallback
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_update(client: int, weights, base, base_version: int = 0) -> ClientUpdate:

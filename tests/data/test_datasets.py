@@ -259,7 +259,7 @@ def test_random_crop_flip_matches_an_explicit_per_image_crop():
 
 
 def test_cifar_augmentation_is_applied_per_client_batch_and_reproducibly(tmp_path):
-    from test_vision import make_cifar
+    from builders import make_cifar
 
     make_cifar(tmp_path, per_batch=4)
     plain = CIFAR10DataModule(root=str(tmp_path))
@@ -328,7 +328,7 @@ def test_partition_counts_fall_back_to_sizes_for_targets_that_are_not_class_labe
 def test_compactly_stored_images_reach_every_consumer_as_model_inputs(tmp_path):
     """uint8 training images are standardised for clients, for the pooled train loader, for validation, for the
     server's data, and through a PartitionedDataModule wrapper."""
-    from test_vision import make_cifar
+    from builders import make_cifar
 
     from lit_asyncfl.data import PartitionedDataModule
 

@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from builders import make_cifar
 from conftest import make_trainer
 
 from lit_asyncfl.algorithms import FedASMU
@@ -37,24 +38,6 @@ def make_mnist(root, folder, n_train=40, n_test=12, compress=False):
     for name, array in arrays.items():
         write_idx(raw / name, array, compress)
     return arrays
-
-
-def make_cifar(root, hundred=False, per_batch=8, n_test=6):
-    rng = np.random.default_rng(1)
-    folder = root / ("cifar-100-python" if hundred else "cifar-10-batches-py")
-    folder.mkdir(parents=True)
-    key = "fine_labels" if hundred else "labels"
-    classes = 100 if hundred else 10
-    names = ["train"] if hundred else [f"data_batch_{i}" for i in range(1, 6)]
-    written = {}
-    for name in [*names, "test"] if hundred else [*names, "test_batch"]:
-        n = n_test if name.startswith("test") else per_batch
-        data = rng.integers(0, 256, (n, 3 * 32 * 32), dtype=np.uint8)
-        labels = list(rng.integers(0, classes, n))
-        with open(folder / name, "wb") as fh:
-            pickle.dump({"data": data, key: labels, "batch_label": name}, fh)  # CIFAR's own pickle layout
-        written[name] = (data, labels)
-    return written
 
 
 @pytest.mark.parametrize("compress", [False, True], ids=["raw", "gz"])

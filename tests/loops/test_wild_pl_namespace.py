@@ -11,11 +11,11 @@ import torch
 pl = pytest.importorskip("pytorch_lightning")
 
 from conftest import assert_same, global_weights  # noqa: E402
-from test_wild_lightning import _fit  # noqa: E402
 from wild_modules import LClassifier, LData  # noqa: E402
 from wild_pl_modules import PLClassifier, PLData  # noqa: E402
 
 from lit_asyncfl.cli import FederatedCLI  # noqa: E402
+from loops.test_wild_lightning import _fit  # noqa: E402
 
 
 @pytest.mark.parametrize("engine", ["fast", "lightning", "cohort"])

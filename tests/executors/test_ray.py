@@ -38,7 +38,7 @@ def cluster():
         ray.shutdown()
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     nodes.add_node(num_cpus=1)
-    here = os.path.dirname(__file__)
+    here = os.path.dirname(os.path.dirname(__file__))  # tests/: this module is executors.test_ray
     path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     ray.init(address=nodes.address, runtime_env={"env_vars": {"PYTHONPATH": path}}, log_to_driver=False)
     nodes.wait_for_nodes()

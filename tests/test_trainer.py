@@ -5,19 +5,17 @@ from __future__ import annotations
 import warnings
 
 import lightning as L
-import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
+from builders import BatchNormNet, ReversedExecutor
 from conftest import global_weights, make_trainer, run
-from test_invariants import ReversedExecutor
 from torch.utils.data import DataLoader
 
 import lit_asyncfl.trainer as trainer_module
 from lit_asyncfl.algorithms import FedAsync, FedAvg, FedBuff
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.devices import UniformResponse
-from lit_asyncfl.models import ClassificationModule, LeNet5, LogisticRegression
+from lit_asyncfl.models import LeNet5, LogisticRegression
 from lit_asyncfl.server.base import ServerCallback
 
 
@@ -35,26 +33,6 @@ def test_a_run_whose_updates_are_all_rejected_stops_with_a_warning(tmp_path):
     s = trainer.summary
     assert s["stop_reason"] == "stalled" and s["versions"] == 0
     assert s["updates_rejected"] == s["updates_received"] == 100  # max(100, 10 x num_clients)
-
-
-class BatchNormNet(ClassificationModule):
-    """BatchNorm with cumulative averaging (momentum=None) uses the integer num_batches_tracked buffer, and
-    training_step draws from numpy's global generator: both are hidden state outside the weights."""
-
-    def __init__(self):
-        super().__init__(lr=0.05)
-        self.net = torch.nn.Sequential(
-            torch.nn.Flatten(),
-            torch.nn.Linear(64, 32),
-            torch.nn.BatchNorm1d(32, momentum=None),
-            torch.nn.ReLU(),
-            torch.nn.Linear(32, 10),
-        )
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        noise = torch.from_numpy(np.random.normal(0, 0.01, size=tuple(x.shape)).astype(np.float32))
-        return F.cross_entropy(self(x + noise), y)
 
 
 def test_hidden_state_does_not_leak_between_jobs(tmp_path, monkeypatch):

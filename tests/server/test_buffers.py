@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from builders import BatchNormNet
 from conftest import make_trainer
-from test_robustness import BatchNormNet
 
 from lit_asyncfl.algorithms import FADAS, FedAvgM, FedBuff
 from lit_asyncfl.core.server import Server

@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import importlib.util
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from builders import ROOT
 from conftest import global_weights, make_trainer
 
 from lit_asyncfl.algorithms import ASFL, SAFA, FedCS, Oort
@@ -19,7 +19,6 @@ from lit_asyncfl.mobility import MobileEdgeDevices
 from lit_asyncfl.models import LeNet5
 from lit_asyncfl.rl import STATE_FEATURES, FixedAction, SACController
 
-ROOT = Path(__file__).resolve().parents[1]
 SETTING = {"selected": 4, "rounds": 6, "max_latency": 300.0, "alpha_pref": 0.07, "beta_pref": 0.09}
 
 

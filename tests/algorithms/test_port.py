@@ -3,11 +3,10 @@ from the recorded uploads, determinism, exact resume, refused settings, configs 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import yaml
+from builders import ROOT
 from conftest import RecordsVersions, assert_same, check_determinism_and_exact_resume, run
 
 from lit_asyncfl.algorithms import PORT, PRESETS
@@ -17,8 +16,6 @@ from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
 from lit_asyncfl.functional.port import port_similarity, port_staleness_factor, port_weight
 from lit_asyncfl.schedulers import BufferedConcurrency
 from lit_asyncfl.server import DataSizeWeight, ModelAverage, SimilarityStalenessWeight
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_update(client: int, weights, base, base_version: int = 0, num_samples: int = 10) -> ClientUpdate:

@@ -29,7 +29,7 @@ from lit_asyncfl.models.base import ClassificationModule
 from lit_asyncfl.server import DynamicCorrection, ServerMomentum
 from lit_asyncfl.server.base import ServerCallback
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_update(client: int, weights, base, base_version: int = 0) -> ClientUpdate:

@@ -5,11 +5,11 @@ that run."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from builders import ROOT
 from conftest import RecordsVersions, assert_same, check_determinism_and_exact_resume, run
 
 from lit_asyncfl.algorithms import PRESETS, ASOFed, FedSA
@@ -24,7 +24,6 @@ from lit_asyncfl.schedulers import BufferedConcurrency, KeepConcurrency
 from lit_asyncfl.server import DataSizeWeight, DeltaAverage, ModelAverage, StalenessBound
 from lit_asyncfl.server.data_fraction import DataFractionWeight
 
-ROOT = Path(__file__).resolve().parents[1]
 LR = 0.05  # conftest's LeNet5(lr=0.05)
 
 

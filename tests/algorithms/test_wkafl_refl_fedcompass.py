@@ -6,12 +6,12 @@ uploads, determinism, exact resume, refused settings, configs that run."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import yaml
+from builders import ROOT
 from conftest import RecordsVersions, check_determinism_and_exact_resume, global_weights, make_trainer, run
 
 from lit_asyncfl.algorithms import PRESETS, REFL, WKAFL, FedCompass
@@ -36,7 +36,6 @@ from lit_asyncfl.server.grouped import GroupedDeltaStep
 from lit_asyncfl.server.stale_aware import StaleAwareAverage
 from lit_asyncfl.server.two_stage import TwoStageWeightedStep
 
-ROOT = Path(__file__).resolve().parents[1]
 DATA = {"partition": "dirichlet"}
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from builders import ReversedExecutor
 from conftest import global_weights, make_trainer, run
-from test_invariants import ReversedExecutor
 
 import lit_asyncfl.trainer as trainer_module
 from lit_asyncfl.algorithms import Algorithm, FedASMU, FedASMU_0, FedASMU_DA, FedASMU_FA, FedAsync

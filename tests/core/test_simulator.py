@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from builders import ReversedExecutor
 from conftest import global_weights, make_trainer, run
 
 import lit_asyncfl.trainer as trainer_module
 from lit_asyncfl.algorithms import FedAsync, FedAvg, FedBuff, FedProx
-from lit_asyncfl.client.sequential import SequentialExecutor
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.devices import DeviceModel, UniformResponse
@@ -140,28 +140,6 @@ def test_resume_with_another_configuration_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"different configuration: num_clients: checkpoint 10 vs trainer 12"):
         other.fit(LeNet5(), datamodule=DigitsDataModule(), ckpt_path=str(ckpt))
     assert first.summary["versions"] == 3
-
-
-class ReversedExecutor(SequentialExecutor):
-    """Computes every pending job at once, newest first, when any update is requested."""
-
-    def __init__(self, trainer):
-        super().__init__(trainer)
-        self.done = {}
-        self.compute_order = []
-
-    def result(self, job_id, fresh=None):
-        if job_id in self._pending and self._pending[job_id][0].request_step is not None:
-            job, start = self._pending.pop(job_id)  # a request event: computed at its virtual time
-            return self.trainer.train(job, start, fresh)
-        if job_id not in self.done:
-            for jid in sorted(self._pending, reverse=True):
-                if self._pending[jid][0].request_step is not None:
-                    continue  # waits for its request event
-                job, start = self._pending.pop(jid)
-                self.compute_order.append(jid)
-                self.done[jid] = self.trainer.train(job, start)
-        return self.done.pop(job_id)
 
 
 def test_updates_computed_out_of_order_are_consumed_in_virtual_time_order(tmp_path, monkeypatch):

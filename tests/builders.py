@@ -1,0 +1,96 @@
+"""Builders shared by test modules in several folders (``from builders import ...``; ``conftest.py`` holds the small
+federated runs): the repository root, client updates built by hand, executors and models that expose hidden state,
+dataset files written in their real on-disk formats."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lit_asyncfl.client.sequential import SequentialExecutor
+from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
+from lit_asyncfl.models import ClassificationModule
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository: configs/, scripts/, docs/
+
+
+def make_update(
+    client: int,
+    weights,
+    base,
+    base_version: int = 0,
+    num_samples: int = 10,
+    *,
+    num_steps: int = 1,
+    job_id: int = 0,
+    info: dict | None = None,
+) -> ClientUpdate:
+    """A client's upload built by hand: ``weights`` trained from ``base`` (lists become tensors, tensors are taken
+    as they are), dispatched at time 0 from version ``base_version``."""
+    job = ClientJob(job_id, client, base_version, 0.0, JobTiming(0, 1, 0), seed=0, local_epochs=1)
+    return ClientUpdate(job, torch.as_tensor(weights), torch.as_tensor(base), num_samples, num_steps, 0.0,
+                        info=info if info is not None else {})  # fmt: skip
+
+
+class ReversedExecutor(SequentialExecutor):
+    """Computes every pending job at once, newest first, when any update is requested."""
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.done = {}
+        self.compute_order = []
+
+    def result(self, job_id, fresh=None):
+        if job_id in self._pending and self._pending[job_id][0].request_step is not None:
+            job, start = self._pending.pop(job_id)  # a request event: computed at its virtual time
+            return self.trainer.train(job, start, fresh)
+        if job_id not in self.done:
+            for jid in sorted(self._pending, reverse=True):
+                if self._pending[jid][0].request_step is not None:
+                    continue  # waits for its request event
+                job, start = self._pending.pop(jid)
+                self.compute_order.append(jid)
+                self.done[jid] = self.trainer.train(job, start)
+        return self.done.pop(job_id)
+
+
+class BatchNormNet(ClassificationModule):
+    """BatchNorm with cumulative averaging (momentum=None) uses the integer num_batches_tracked buffer, and
+    training_step draws from numpy's global generator: both are hidden state outside the weights."""
+
+    def __init__(self):
+        super().__init__(lr=0.05)
+        self.net = torch.nn.Sequential(
+            torch.nn.Flatten(),
+            torch.nn.Linear(64, 32),
+            torch.nn.BatchNorm1d(32, momentum=None),
+            torch.nn.ReLU(),
+            torch.nn.Linear(32, 10),
+        )
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        noise = torch.from_numpy(np.random.normal(0, 0.01, size=tuple(x.shape)).astype(np.float32))
+        return F.cross_entropy(self(x + noise), y)
+
+
+def make_cifar(root, hundred=False, per_batch=8, n_test=6):
+    rng = np.random.default_rng(1)
+    folder = root / ("cifar-100-python" if hundred else "cifar-10-batches-py")
+    folder.mkdir(parents=True)
+    key = "fine_labels" if hundred else "labels"
+    classes = 100 if hundred else 10
+    names = ["train"] if hundred else [f"data_batch_{i}" for i in range(1, 6)]
+    written = {}
+    for name in [*names, "test"] if hundred else [*names, "test_batch"]:
+        n = n_test if name.startswith("test") else per_batch
+        data = rng.integers(0, 256, (n, 3 * 32 * 32), dtype=np.uint8)
+        labels = list(rng.integers(0, classes, n))
+        with open(folder / name, "wb") as fh:
+            pickle.dump({"data": data, key: labels, "batch_label": name}, fh)  # CIFAR's own pickle layout
+        written[name] = (data, labels)
+    return written
