@@ -10,10 +10,16 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from conftest import RecordsVersions, run
+from torch import nn
 
+from lit_asyncfl.algorithms import FedCompass
+from lit_asyncfl.client import LocalTrainer
 from lit_asyncfl.client.sequential import SequentialExecutor
 from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
+from lit_asyncfl.data.shards import ClientShards
 from lit_asyncfl.models import ClassificationModule
+from lit_asyncfl.server.base import ServerCallback
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository: configs/, scripts/, docs/
 
@@ -94,3 +100,80 @@ def make_cifar(root, hundred=False, per_batch=8, n_test=6):
             pickle.dump({"data": data, key: labels, "batch_label": name}, fh)  # CIFAR's own pickle layout
         written[name] = (data, labels)
     return written
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal up to float32 rounding: a replay by hand sums in another order than the library."""
+    return torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+class RecordsUploads(RecordsVersions):
+    """Records every accepted upload (in aggregation order: its client, staleness, versions, weights, base, delta
+    and weight) and every new global version, for tests that replay a run by hand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.uploads: list[dict] = []
+
+    def weight_update(self, server, update, weight):
+        self.uploads.append({"client": update.client, "staleness": update.staleness,
+                             "base_version": update.base_version, "version": server.version,
+                             "weights": update.weights, "base": update.base_weights, "delta": update.delta,
+                             "weight": weight})  # fmt: skip
+        return weight
+
+
+class JobLog(ServerCallback):
+    """Records each accepted upload's job and weights, and which jobs made each version."""
+
+    def __init__(self) -> None:
+        self.uploads: dict[int, dict] = {}
+        self.versions: list[dict] = []
+
+    @property
+    def state_key(self) -> str:
+        return "test-job-log"
+
+    def weight_update(self, server, update, weight):
+        self.uploads[update.job.job_id] = {"job": update.job, "weights": update.weights, "base": update.base_weights,
+                                           "steps": update.num_steps, "client": update.client}  # fmt: skip
+        assert weight == 1.0
+        return weight
+
+    def on_aggregated(self, server, updates):
+        self.versions.append({"jobs": [u.job.job_id for u in updates], "version": server.version - 1,
+                              "before": server.previous_weights, "after": server.weights})  # fmt: skip
+
+
+def compass_run(tmp_path, **kwargs):
+    """A small FedCompass run (jobs of different numbers of local steps) recorded by a :class:`JobLog`."""
+    algo = FedCompass(q_min=2, q_max=7, latest_time_factor=1.3)
+    log = JobLog()
+    algo.server_callbacks.append(log)
+    kwargs.setdefault("max_versions", 14)
+    trainer = run(tmp_path, algo, num_clients=6, data_kwargs={"partition": "dirichlet"}, **kwargs)
+    return trainer, log
+
+
+def make_job(job_id: int = 0, client: int = 0) -> ClientJob:
+    """A job dispatched at time 0 from version 0 (seed 7, one local epoch), for local training by hand."""
+    return ClientJob(job_id, client, 0, 0.0, JobTiming(0, 1, 0), seed=7, local_epochs=1)
+
+
+def one_client_trainer(module, callbacks, x, y, batch_size):
+    """A local trainer whose one client holds all of ``x, y``."""
+    shards = ClientShards(x, y, [torch.arange(len(x))])
+    return LocalTrainer(module, shards, batch_size=batch_size, callbacks=callbacks)
+
+
+class Diverging(ClassificationModule):
+    """A two-layer classifier whose loss is multiplied by ``scale`` (``inf``: the job diverges to NaN weights)."""
+
+    scale = 1.0
+
+    def __init__(self) -> None:
+        super().__init__(num_classes=2, lr=0.1)
+        self.net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch, batch_idx) * type(self).scale
