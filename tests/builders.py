@@ -177,3 +177,48 @@ class Diverging(ClassificationModule):
 
     def training_step(self, batch, batch_idx):
         return super().training_step(batch, batch_idx) * type(self).scale
+
+
+def recorded_run(tmp_path, algorithm, **kwargs) -> RecordsUploads:
+    """A run on 8 clients (Dirichlet partition unless ``data_kwargs``) with every upload and version recorded; the
+    algorithm's own callbacks leave every weight at 1."""
+    record = RecordsUploads()
+    algorithm.server_callbacks.append(record)
+    kwargs.setdefault("data_kwargs", {"partition": "dirichlet"})
+    run(tmp_path, algorithm, num_clients=8, **kwargs)
+    assert record.versions and all(u["weight"] == 1.0 for u in record.uploads)
+    return record
+
+
+class DoubleClientZero(ServerCallback):
+    """Doubles client 0's aggregation weight."""
+
+    def weight_update(self, server, update, weight):
+        return weight * (2.0 if update.client == 0 else 1.0)
+
+
+class RecordsArrivals(RecordsVersions):
+    """Put first among the callbacks: records every arrival (accepted or not) and every new version."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrivals: list[dict] = []
+
+    def reject_update(self, server, update):
+        self.arrivals.append({"client": update.client, "staleness": update.staleness, "weights": update.weights,
+                              "base": update.base_weights, "base_version": update.base_version,
+                              "global": server.weights, "n": update.num_samples, "info": dict(update.info),
+                              "dispatch_time": update.job.dispatch_time, "arrival_time": server.now,
+                              "accepted": False})  # fmt: skip
+        return None
+
+    def weight_update(self, server, update, weight):
+        assert weight == 1.0 and self.arrivals[-1]["weights"] is update.weights
+        self.arrivals[-1]["accepted"] = True
+        return weight
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    """An independent cosine: dot over the product of norms, in float64."""
+    a, b = a.double(), b.double()
+    return float(a @ b / (a.norm() * b.norm()))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from builders import BatchNormNet
+from builders import BatchNormNet, DoubleClientZero
 from conftest import make_trainer
 
 from lit_asyncfl.algorithms import FADAS, FedAvgM, FedBuff
@@ -137,11 +137,6 @@ def test_every_server_step_moves_the_parameters_only_and_the_buffers_are_average
     # Without the policy the step reaches the buffers.
     stepped = aggregate(DeltaAverage(buffer_size=2, server_lr=1.0), [STEPS[name]()], param_numel=None)
     assert not torch.allclose(stepped.weights[N_PARAMS:], MEAN, atol=1e-3)
-
-
-class DoubleClientZero(ServerCallback):
-    def weight_update(self, server, update, weight):
-        return weight * (2.0 if update.client == 0 else 1.0)
 
 
 class ZeroWeights(ServerCallback):
