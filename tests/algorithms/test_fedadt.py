@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from builders import ReversedExecutor
+from builders import ReversedExecutor, make_update
 from conftest import global_weights, make_trainer, run
 
 import lit_asyncfl.trainer as trainer_module
 from lit_asyncfl.algorithms import FedADT, FedBuff
 from lit_asyncfl.client.callbacks import LearningRateDecay
 from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
+from lit_asyncfl.core.update import ClientJob, JobTiming
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.devices import UniformResponse
@@ -101,8 +101,7 @@ def test_each_distillation_pass_lowers_the_kl_to_the_global_model():
 
 
 def _update(weights, base_version, lr=0.05):
-    job = ClientJob(0, 0, base_version, 0.0, JobTiming(0, 1, 0), seed=0, local_epochs=1)
-    return ClientUpdate(job, weights, weights.clone(), 10, 1, 0.0, info={"lr": lr})
+    return make_update(0, weights, weights.clone(), base_version, info={"lr": lr})
 
 
 def test_only_updates_staler_than_the_threshold_are_distilled():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from builders import ReversedExecutor
+from builders import ReversedExecutor, make_update
 from conftest import global_weights, make_trainer, run
 
 import lit_asyncfl.trainer as trainer_module
@@ -17,7 +17,7 @@ from lit_asyncfl.client.callbacks import ClientCallback
 from lit_asyncfl.client.fresh_merge import FreshModelMerge
 from lit_asyncfl.client.time_slots import TimeSlotSelector, first_request
 from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
+from lit_asyncfl.core.update import ClientJob, JobTiming
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.devices import DeviceModel
 from lit_asyncfl.functional.fedasmu import (
@@ -84,8 +84,7 @@ def test_hand_values_and_clamps():
 
 
 def _update(client, weights, base, base_version, lr=0.1, steps=2):
-    job = ClientJob(0, client, base_version, 0.0, JobTiming(0, 1, 0), seed=0, local_epochs=1)
-    return ClientUpdate(job, torch.tensor(weights), torch.tensor(base), 10, steps, 0.0, info={"lr": lr})
+    return make_update(client, weights, base, base_version, num_steps=steps, info={"lr": lr})
 
 
 def test_dynamic_weight_updates_control_parameters_from_the_previous_aggregation():

@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from builders import make_update
 from conftest import global_weights, make_trainer, run
 from torch.utils.data import TensorDataset
 
 from lit_asyncfl.algorithms import TWAFL, DynSGD, FedAvg, FedHist
 from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
 from lit_asyncfl.data import DigitsDataModule, RareClassOnSlowClients
 from lit_asyncfl.devices import UniformRatio
 from lit_asyncfl.models import LeNet5
@@ -28,8 +28,7 @@ E2 = math.e / 2
 
 def update_with_gradient(gradient, base_version=0, client=0, staleness=0):
     base = torch.zeros(len(gradient))
-    job = ClientJob(0, client, base_version, 0.0, JobTiming(0, 1, 0), seed=0, local_epochs=1)
-    u = ClientUpdate(job, base - torch.tensor(gradient), base, 10, 1, 0.0)
+    u = make_update(client, base - torch.tensor(gradient), base, base_version)
     u.staleness = staleness
     return u
 

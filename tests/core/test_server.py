@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
+import builders
 import pytest
 import torch
 
 from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
 from lit_asyncfl.server import DataSizeWeight, DeltaAverage, Mixing, ModelAverage, StalenessBound, StalenessWeight
 from lit_asyncfl.server.base import ServerCallback
 
 
 def make_update(weights, base, base_version=0, client=0, num_samples=10):
-    job = ClientJob(0, client, base_version, 0.0, JobTiming(0.0, 1.0, 0.0), seed=0, local_epochs=1)
-    return ClientUpdate(
-        job,
-        torch.as_tensor(weights, dtype=torch.float32),
-        torch.as_tensor(base, dtype=torch.float32),
-        num_samples,
-        1,
-        0.0,
-    )
+    weights, base = torch.as_tensor(weights, dtype=torch.float32), torch.as_tensor(base, dtype=torch.float32)
+    return builders.make_update(client, weights, base, base_version, num_samples)
 
 
 def test_fedasync_mixing_with_polynomial_staleness_matches_hand_computation():

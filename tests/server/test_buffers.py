@@ -7,6 +7,7 @@ chosen so that stepping the buffers with the aggregator's rule gives other value
 
 from __future__ import annotations
 
+import builders
 import pytest
 import torch
 from builders import BatchNormNet, DoubleClientZero
@@ -14,7 +15,7 @@ from conftest import make_trainer
 
 from lit_asyncfl.algorithms import FADAS, FedAvgM, FedBuff
 from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
+from lit_asyncfl.core.update import ClientUpdate
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.server import (
     AdaptiveServerOptimizer,
@@ -47,8 +48,7 @@ MEAN = torch.tensor([0.1, 1.5])  # (0.6 - 0.4) / 2, (0.5 + 2.5) / 2
 
 def make_update(client: int, width: int | None = None) -> ClientUpdate:
     weights, base, version = UPLOADS[client]
-    job = ClientJob(client, client, version, 0.0, JobTiming(0, 1, 0), seed=0, local_epochs=1)
-    return ClientUpdate(job, weights[:width].clone(), base[:width], 10, 1, 0.0)
+    return builders.make_update(client, weights[:width].clone(), base[:width], version, job_id=client)
 
 
 def aggregate(aggregator: Aggregator, callbacks: list[ServerCallback], param_numel: int | None = N_PARAMS) -> Server:
@@ -213,8 +213,8 @@ def test_weights_from_update_statistics_read_the_parameters_only(name):
         server.on_fit_start()
         history = [server.weights]
         for client, base_version, job_id, weights in uploads:
-            job = ClientJob(job_id, client, base_version, 0.0, JobTiming(0, 1, 0), seed=0, local_epochs=1)
-            update = ClientUpdate(job, weights[:width].clone(), history[base_version], 10, 2, 0.0, info={"lr": 0.1})
+            update = builders.make_update(client, weights[:width].clone(), history[base_version], base_version,
+                                          num_steps=2, job_id=job_id, info={"lr": 0.1})  # fmt: skip
             assert server.receive(update)
             history.append(server.weights)
         results.append(server.weights[:N_PARAMS])

@@ -4,15 +4,10 @@ new model), checked against independent float64 computations of the papers' form
 from __future__ import annotations
 
 import torch
+from builders import make_update
 
 from lit_asyncfl.algorithms import FADAS
 from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
-
-
-def make_update(client: int, weights: torch.Tensor, base: torch.Tensor, base_version: int = 0) -> ClientUpdate:
-    job = ClientJob(0, client, base_version, 0.0, JobTiming(0, 1, 0), seed=0, local_epochs=1)
-    return ClientUpdate(job, weights, base, 10, 1, 0.0)
 
 
 def fadas_reference(w0: torch.Tensor, rounds: list[list[torch.Tensor]], lr: float, beta1=0.9, beta2=0.99, eps=1e-8):
