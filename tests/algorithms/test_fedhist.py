@@ -1,4 +1,5 @@
-"""FedHist: EGS, HAA, INA against hand computation, the K-async scheduler, reduction to FedAvg, baselines."""
+"""FedHist: EGS, HAA, INA against hand computation, reduction to FedAvg, the DynSGD and TWAFL weights, exact resume
+(its scheduler: schedulers/test_k_async.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from lit_asyncfl.data import DigitsDataModule, RareClassOnSlowClients
 from lit_asyncfl.devices import UniformRatio
 from lit_asyncfl.models import LeNet5
 from lit_asyncfl.server import DeltaAverage
-from lit_asyncfl.server.base import ServerCallback
 from lit_asyncfl.server.gradient_history import GradientHistory
 from lit_asyncfl.server.gradient_stability import GradientStability
 from lit_asyncfl.server.history_weights import HistoryAwareWeight
@@ -118,25 +118,6 @@ def test_ina_output_norm_equals_the_formula_and_keeps_the_direction():
     target = 0.5 * (1 - 0.01 * 10) * (5.0 + 1.0) / 2  # eta * (1 - mu r) / K * sum ||g_i||
     assert float(out.norm()) == pytest.approx(target)
     assert torch.allclose(out / out.norm(), step / step.norm())
-
-
-def test_k_async_restarts_exactly_the_aggregated_clients_from_the_new_model(tmp_path):
-    rounds = []
-
-    class Log(ServerCallback):
-        def on_aggregated(self, server, updates):
-            rounds.append((server.version, sorted(u.client for u in updates)))
-
-    algo = FedHist(k=3, history_length=2)
-    algo.server_callbacks.append(Log())
-    trainer = make_trainer(tmp_path, algo, num_clients=8, max_versions=6, device_model=UniformRatio(5.0))
-    trainer.fit(LeNet5(), datamodule=DigitsDataModule())
-    sim = trainer.simulator
-    assert all(len(c) == 3 for _, c in rounds) and sim.num_training == 8  # all train; each round took 3
-    last_version, last_clients = rounds[-1]
-    restarted = {j.client for j in sim.in_flight.values() if j.base_version == last_version}
-    assert restarted == set(last_clients)  # only they got the new model; the others keep older ones
-    assert {j.client for j in sim.in_flight.values()} == set(range(8))
 
 
 class Digits64(DigitsDataModule):

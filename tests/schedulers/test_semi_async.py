@@ -1,8 +1,7 @@
-"""ASFL's semi-asynchronous rounds on the simulator: timelines, deprecation, aggregation and rewards by hand."""
+"""Semi-asynchronous rounds on the simulator (lit_asyncfl.schedulers.semi_async: ASFL, SAFA and the synchronous
+presets): timelines, deprecation, aggregation and rewards by hand."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from lit_asyncfl.core.update import ClientUpdate
 from lit_asyncfl.devices import DeviceProfiles
 from lit_asyncfl.mobility import MobileEdgeDevices
 from lit_asyncfl.rl import FixedAction
-from lit_asyncfl.schedulers import DeadlineSelection, OortSelection, SemiAsyncRounds, UtilitySelection
+from lit_asyncfl.schedulers import DeadlineSelection, SemiAsyncRounds
 from lit_asyncfl.schedulers.selection import RandomSelection
 from lit_asyncfl.server import DataSizeWeight, ModelAverage, StalenessDecay
 
@@ -131,45 +130,6 @@ def test_synchronous_presets_wait_for_every_selected_device():
     assert all(r["deprecated"] == 0 for r in logged)
     assert [r["num_picked"] for r in logged] == [2, 2]
     assert max(r["round_latency"] for r in logged) < 50.0
-
-
-def test_utility_selection_explores_then_prefers_large_losses_and_oort_penalises_slow_devices():
-    sel = UtilitySelection()
-    sel.on_fit_start(5)
-    rng = np.random.default_rng(0)
-    assert sorted(sel.select(np.arange(5), 3, np.zeros(5), 1.0, rng).tolist()) == sorted(
-        sel.select(np.arange(5), 3, np.zeros(5), 1.0, np.random.default_rng(0)).tolist()
-    )
-    for client, (n, loss) in enumerate([(10, 1.0), (10, 9.0), (40, 1.0), (20, 4.0)]):
-        sel.observe(client, n, loss)  # utilities 10, 30, 40, 40; client 4 unseen
-    assert sel.select(np.arange(5), 3, np.zeros(5), 1.0, rng).tolist() == [2, 3, 4]
-    assert sel.select(np.array([0, 1, 3]), 2, np.zeros(5), 1.0, rng).tolist() == [1, 3]
-    oort = OortSelection(penalty=2.0)
-    oort.on_fit_start(2)
-    oort.observe(0, 10, 4.0)  # utility 20
-    oort.observe(1, 10, 1.0)  # utility 10
-    latency = np.array([40.0, 5.0])  # device 0 is 4x slower than the preferred 10 s: 20 / 16 < 10
-    assert oort.select(np.arange(2), 1, latency, 10.0, rng).tolist() == [1]
-    plain = UtilitySelection()  # without the penalty, device 0's larger utility wins
-    plain.on_fit_start(2)
-    plain.observe(0, 10, 4.0)
-    plain.observe(1, 10, 1.0)
-    assert plain.select(np.arange(2), 1, latency, 10.0, rng).tolist() == [0]
-
-
-def test_mobile_devices_stay_in_the_area_move_at_most_speed_and_get_bandwidth_by_distance():
-    net = MobileEdgeDevices(num_stations=9, area=900.0, speed=50.0)
-    assert net.stations.shape == (9, 2) and net.coverage == pytest.approx(150 * math.sqrt(2))
-    rng = np.random.default_rng(0)
-    pos = net.initial_positions(500, rng)
-    for _ in range(20):
-        moved = net.move(pos, rng)
-        assert np.all((moved >= 0) & (moved <= 900.0))
-        assert np.all(np.linalg.norm(moved - pos, axis=1) <= 50.0 + 1e-9)  # a reflection only shortens the move
-        pos = moved
-    b = net.bandwidths(np.array([[150.0, 150.0], [150.0 + 100.0, 150.0], [300.0, 300.0]]))
-    d0 = net.coverage * 0.125 / 0.3
-    assert b.tolist() == pytest.approx([0.3, 0.3 * d0 / 100.0, 0.125])
 
 
 def test_the_scheduler_refuses_a_device_model_without_mobility():
