@@ -1,4 +1,6 @@
-"""Devices that come and go: availability timelines, dropped jobs, schedulers under dropouts, exact resumes."""
+"""Devices that come and go in the simulator: availability timelines, dropped jobs, schedulers under dropouts, exact
+resumes, every preset with half of its devices offline (each model's own law: test_markov.py, test_slots.py,
+test_trace.py)."""
 
 from __future__ import annotations
 
@@ -125,33 +127,6 @@ def test_a_crash_drops_the_job_at_a_point_drawn_over_its_duration():
         assert dispatched[job_id] < time < dispatched[job_id] + 20.0 and job_id not in arrived
 
 
-def test_markov_on_off_spends_the_closed_form_fraction_of_time_online():
-    a = MarkovOnOff(mean_on=100.0, mean_off=300.0)
-    a.setup(200, seed=1)
-    assert a.online_fraction(2e5) == pytest.approx(100 / (100 + 300), abs=0.01)
-    assert a.stationary_fraction() == pytest.approx(0.25)
-    b = MarkovOnOff(mean_on=100.0, mean_off=300.0, spread=0.8)
-    b.setup(3000, seed=2)
-    on, off = b._on, b._off  # the per-device means drawn; their closed form: mean of on / (on + off)
-    assert np.mean(on) == pytest.approx(100.0, rel=0.06) and np.mean(off) == pytest.approx(300.0, rel=0.06)
-    closed_form = float(np.mean(on / (on + off)))
-    assert b.online(5e4).mean() == pytest.approx(closed_form, abs=3 * math.sqrt(0.25 / 3000))  # stationary now
-
-
-def test_diurnal_availability_follows_its_sinusoid_and_averages_to_its_mean():
-    a = Diurnal(mean=0.5, amplitude=0.4, day=240.0, slot=10.0, phase_spread=0.0)
-    a.setup(4000, seed=3)
-    tolerance = 4 * math.sqrt(0.25 / 4000)
-    for slot in range(48):  # two days, every slot: the fraction online is p(t) at the slot's midpoint
-        t = slot * 10.0 + 5.0
-        expected = 0.5 + 0.4 * math.sin(2 * math.pi * t / 240.0)
-        assert a.online(t).mean() == pytest.approx(expected, abs=tolerance)
-    spread = Diurnal(mean=0.3, amplitude=0.3, day=240.0, slot=10.0, phase_spread=1.0)
-    spread.setup(300, seed=4)
-    assert spread.online_fraction(240.0 * 200) == pytest.approx(0.3, abs=0.01)
-    assert spread.online(1234.0).mean() == pytest.approx(0.3, abs=0.1)  # phases spread: no common night
-
-
 def test_bernoulli_availability_gates_dispatches_and_never_drops_a_job():
     sim = simulate(FedAsync(concurrency=4), Bernoulli(p=0.3, slot=7.0), num_clients=12)
     sim.run(max_versions=40)
@@ -162,19 +137,6 @@ def test_bernoulli_availability_gates_dispatches_and_never_drops_a_job():
     a = Bernoulli(p=0.3, slot=1.0)
     a.setup(100, seed=0)
     assert a.online_fraction(2000.0) == pytest.approx(0.3, abs=0.01)
-
-
-def test_a_trace_repeats_with_its_period_and_reads_touching_intervals_as_one(tmp_path):
-    path = tmp_path / "t.json"
-    path.write_text('{"devices": [{"id": "x", "period": 100, "active": [[0, 10], [90, 100]]}]}')
-    a = TraceAvailability(str(path))
-    a.setup(1, seed=0)
-    # online [0, 10), [90, 110), [190, 210), ...: the end of one period runs into the next one's start
-    assert [a.is_online(0, t) for t in (5, 10, 50, 95, 100, 105, 110, 150, 195)] == [
-        True, False, False, True, True, True, False, False, True,
-    ]  # fmt: skip
-    assert a.next_offline(0, 95.0) == 110.0 and a.next_online([0], 150.0) == 190.0
-    assert a.online_time(0, 1000.0) == pytest.approx(10 + 9 * 20 + 10)
 
 
 def test_dropped_jobs_are_never_aggregated_and_every_job_is_accounted_for(tmp_path, monkeypatch):
@@ -415,25 +377,6 @@ def test_a_checkpoint_written_before_availability_existed_resumes_with_every_dev
     other = make_trainer(tmp_path / "c", FedAsync(concurrency=2), max_versions=6, availability=Bernoulli(p=0.5))
     with pytest.raises(ValueError, match=r"availability: checkpoint .*AlwaysAvailable"):
         other.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule(), ckpt_path=str(path))
-
-
-def test_fedscale_behave_trace_drives_availability_with_its_wrap_around(tmp_path):
-    import pickle
-
-    # FedScale's layout: client id -> active/inactive interval bounds, wrapping around finish_time
-    trace = {
-        1: {"duration": 40, "inactive": [20, 70], "finish_time": 100, "active": [10, 50], "model": "phone"},
-        2: {"duration": 100, "inactive": [100], "finish_time": 100, "active": [0], "model": "laptop"},
-    }
-    path = tmp_path / "client_behave_trace.pkl"
-    path.write_bytes(pickle.dumps(trace))
-    a = TraceAvailability(str(path), time_scale=2.0)  # one trace second = two virtual seconds
-    a.setup(3, seed=0)  # client 2 replays the first device again
-    times = [0.0, 25.0, 45.0, 99.0, 145.0, 230.0]  # trace times 0, 12.5, 22.5, 49.5, 72.5, 115 (= 15 after a wrap)
-    assert [a.is_online(0, t) for t in times] == [False, True, False, False, False, True]
-    assert [a.is_online(2, t) for t in times] == [a.is_online(0, t) for t in times]
-    assert all(a.is_online(1, t) for t in [*times, 1e6])  # online over its whole period, period after period
-    assert a.online_fraction(2000.0) == pytest.approx((2 * (10 + 20) / 100 + 1.0) / 3)
 
 
 def test_a_fedasmu_job_lost_after_its_request_is_never_computed_and_teaches_nothing(tmp_path, monkeypatch):

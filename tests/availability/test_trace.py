@@ -1,5 +1,6 @@
-"""Traces that cannot exhaust memory or end a run silently, and files that fail as the promised ``ValueError``
-naming the file and the line (issue 34)."""
+"""Trace-driven availability (lit_asyncfl.availability.trace): a trace repeats with its period, FedScale's behaviour
+traces wrap around; traces cannot exhaust memory or end a run silently, and bad files fail as the promised
+ValueError naming the file and the line."""
 
 from __future__ import annotations
 
@@ -106,3 +107,35 @@ def test_devices_offline_for_longer_than_the_old_search_come_back(tmp_path):
                            availability=TraceAvailability(str(path)))  # fmt: skip
     trainer.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule())
     assert trainer.summary["versions"] == 3  # before: 0 versions, stop_reason 'queue_empty'
+
+
+def test_a_trace_repeats_with_its_period_and_reads_touching_intervals_as_one(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text('{"devices": [{"id": "x", "period": 100, "active": [[0, 10], [90, 100]]}]}')
+    a = TraceAvailability(str(path))
+    a.setup(1, seed=0)
+    # online [0, 10), [90, 110), [190, 210), ...: the end of one period runs into the next one's start
+    assert [a.is_online(0, t) for t in (5, 10, 50, 95, 100, 105, 110, 150, 195)] == [
+        True, False, False, True, True, True, False, False, True,
+    ]  # fmt: skip
+    assert a.next_offline(0, 95.0) == 110.0 and a.next_online([0], 150.0) == 190.0
+    assert a.online_time(0, 1000.0) == pytest.approx(10 + 9 * 20 + 10)
+
+
+def test_fedscale_behave_trace_drives_availability_with_its_wrap_around(tmp_path):
+    import pickle
+
+    # FedScale's layout: client id -> active/inactive interval bounds, wrapping around finish_time
+    trace = {
+        1: {"duration": 40, "inactive": [20, 70], "finish_time": 100, "active": [10, 50], "model": "phone"},
+        2: {"duration": 100, "inactive": [100], "finish_time": 100, "active": [0], "model": "laptop"},
+    }
+    path = tmp_path / "client_behave_trace.pkl"
+    path.write_bytes(pickle.dumps(trace))
+    a = TraceAvailability(str(path), time_scale=2.0)  # one trace second = two virtual seconds
+    a.setup(3, seed=0)  # client 2 replays the first device again
+    times = [0.0, 25.0, 45.0, 99.0, 145.0, 230.0]  # trace times 0, 12.5, 22.5, 49.5, 72.5, 115 (= 15 after a wrap)
+    assert [a.is_online(0, t) for t in times] == [False, True, False, False, False, True]
+    assert [a.is_online(2, t) for t in times] == [a.is_online(0, t) for t in times]
+    assert all(a.is_online(1, t) for t in [*times, 1e6])  # online over its whole period, period after period
+    assert a.online_fraction(2000.0) == pytest.approx((2 * (10 + 20) / 100 + 1.0) / 3)
