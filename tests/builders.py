@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+import yaml
 from conftest import RecordsVersions, run
 from torch import nn
 
-from lit_asyncfl.algorithms import FedCompass
+from lit_asyncfl.algorithms import PRESETS, FedCompass
+from lit_asyncfl.cli import FederatedCLI
 from lit_asyncfl.client import LocalTrainer
 from lit_asyncfl.client.sequential import SequentialExecutor
 from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
@@ -222,3 +224,24 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     """An independent cosine: dot over the product of norms, in float64."""
     a, b = a.double(), b.double()
     return float(a @ b / (a.norm() * b.norm()))
+
+
+def check_config_runs(tmp_path, name: str, overrides: list[str]) -> None:
+    """``configs/<name>.yaml`` parses into its preset, every setting it gives that ``overrides`` leaves alone reaches
+    the preset's hyper-parameters, and the config runs 3 versions on 12 clients with a finite accuracy."""
+    config = ROOT / "configs" / f"{name}.yaml"
+    raw = yaml.safe_load(config.read_text())
+    cli = FederatedCLI(
+        args=["fit", "--config", str(config), "--trainer.num_clients=12", "--trainer.max_versions=3",
+              "--trainer.max_virtual_time=null", "--trainer.eval_every=3", f"--trainer.default_root_dir={tmp_path}",
+              "--trainer.enable_progress_bar=false", "--trainer.print_summary=false", *overrides]
+    )  # fmt: skip
+    algorithm = cli.trainer.algorithm
+    assert type(algorithm) is PRESETS[name]
+    changed = {o.split("=")[0].rsplit(".", 1)[1] for o in overrides}
+    for key, value in raw["trainer"]["algorithm"]["init_args"].items():
+        if key not in changed:
+            assert algorithm.hparams[key] == value, key
+    summary = cli.trainer.summary
+    assert summary["versions"] == 3 and summary["stop_reason"] == "max_versions"
+    assert 0.0 < cli.trainer.history[-1]["val_acc"] <= 1.0

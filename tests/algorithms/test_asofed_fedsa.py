@@ -10,11 +10,10 @@ import math
 
 import pytest
 import yaml
-from builders import ROOT
+from builders import ROOT, check_config_runs
 from conftest import assert_same, check_determinism_and_exact_resume, run
 
 from lit_asyncfl.algorithms import PRESETS, ASOFed, FedSA
-from lit_asyncfl.cli import FederatedCLI
 from lit_asyncfl.client.callbacks import ProximalTerm
 from lit_asyncfl.client.staleness_callbacks import DecayedCorrection, DelayAdaptiveStepSize, ParticipationLearningRate
 from lit_asyncfl.schedulers import BufferedConcurrency, KeepConcurrency
@@ -139,19 +138,4 @@ def test_fedasmu_comparison_spec_and_the_benchmark_suite_include_the_presets():
     ("fedsa", ["--trainer.algorithm.init_args.concurrency=6", "--trainer.algorithm.init_args.buffer_size=2"]),
 ])  # fmt: skip
 def test_config_parses_and_runs(tmp_path, name, overrides):
-    config = ROOT / "configs" / f"{name}.yaml"
-    raw = yaml.safe_load(config.read_text())
-    cli = FederatedCLI(
-        args=["fit", "--config", str(config), "--trainer.num_clients=12", "--trainer.max_versions=3",
-              "--trainer.max_virtual_time=null", *overrides,
-              "--trainer.eval_every=3", f"--trainer.default_root_dir={tmp_path}",
-              "--trainer.enable_progress_bar=false", "--trainer.print_summary=false"]
-    )  # fmt: skip
-    algorithm = cli.trainer.algorithm
-    assert type(algorithm) is PRESETS[name]
-    for key, value in raw["trainer"]["algorithm"]["init_args"].items():
-        if key not in ("concurrency", "buffer_size"):
-            assert algorithm.hparams[key] == value, key
-    summary = cli.trainer.summary
-    assert summary["versions"] == 3 and summary["stop_reason"] == "max_versions"
-    assert 0.0 < cli.trainer.history[-1]["val_acc"] <= 1.0
+    check_config_runs(tmp_path, name, overrides)

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from builders import ROOT
+from builders import ROOT, check_config_runs
 from conftest import assert_same, check_determinism_and_exact_resume
 
 from lit_asyncfl.algorithms import CA2FL, FADAS, PRESETS, FedFa
-from lit_asyncfl.cli import FederatedCLI
 from lit_asyncfl.server import (
     CalibratedDeltaAverage,
     DeltaAverage,
@@ -106,19 +105,4 @@ def test_fedadt_comparison_spec_and_the_benchmark_list_include_the_presets():
 
 @pytest.mark.parametrize("name", ["fedfa", "ca2fl", "fadas"])
 def test_config_parses_and_runs(tmp_path, name):
-    config = ROOT / "configs" / f"{name}.yaml"
-    raw = yaml.safe_load(config.read_text())
-    cli = FederatedCLI(
-        args=["fit", "--config", str(config), "--trainer.num_clients=12", "--trainer.max_versions=3",
-              "--trainer.max_virtual_time=null", "--trainer.algorithm.init_args.concurrency=4",
-              "--trainer.eval_every=3", f"--trainer.default_root_dir={tmp_path}",
-              "--trainer.enable_progress_bar=false", "--trainer.print_summary=false"]
-    )  # fmt: skip
-    algorithm = cli.trainer.algorithm
-    assert type(algorithm) is PRESETS[name]
-    for key, value in raw["trainer"]["algorithm"]["init_args"].items():
-        if key != "concurrency":
-            assert algorithm.hparams[key] == value, key
-    summary = cli.trainer.summary
-    assert summary["versions"] == 3 and summary["stop_reason"] == "max_versions"
-    assert 0.0 < cli.trainer.history[-1]["val_acc"] <= 1.0
+    check_config_runs(tmp_path, name, ["--trainer.algorithm.init_args.concurrency=4"])

@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
-from builders import ROOT, close, cosine
+from builders import ROOT, check_config_runs, close, cosine
 from conftest import RecordsVersions, assert_same, check_determinism_and_exact_resume, run
 
 from lit_asyncfl.algorithms import PORT, PRESETS
-from lit_asyncfl.cli import FederatedCLI
 from lit_asyncfl.schedulers import BufferedConcurrency
 from lit_asyncfl.server import DataSizeWeight, ModelAverage
 
@@ -131,20 +130,5 @@ def test_fedasmu_comparison_spec_and_the_benchmark_suite_include_the_presets():
 
 @pytest.mark.parametrize("name", ["port"])
 def test_config_parses_and_runs(tmp_path, name):
-    config = ROOT / "configs" / f"{name}.yaml"
-    raw = yaml.safe_load(config.read_text())
-    cli = FederatedCLI(
-        args=["fit", "--config", str(config), "--trainer.num_clients=12", "--trainer.max_versions=3",
-              "--trainer.max_virtual_time=null", "--trainer.algorithm.init_args.concurrency=4",
-              "--trainer.algorithm.init_args.buffer_size=2",
-              "--trainer.eval_every=3", f"--trainer.default_root_dir={tmp_path}",
-              "--trainer.enable_progress_bar=false", "--trainer.print_summary=false"]
-    )  # fmt: skip
-    algorithm = cli.trainer.algorithm
-    assert type(algorithm) is PRESETS[name]
-    for key, value in raw["trainer"]["algorithm"]["init_args"].items():
-        if key not in ("concurrency", "buffer_size"):
-            assert algorithm.hparams[key] == value, key
-    summary = cli.trainer.summary
-    assert summary["versions"] == 3 and summary["stop_reason"] == "max_versions"
-    assert 0.0 < cli.trainer.history[-1]["val_acc"] <= 1.0
+    overrides = ["--trainer.algorithm.init_args.concurrency=4", "--trainer.algorithm.init_args.buffer_size=2"]
+    check_config_runs(tmp_path, name, overrides)

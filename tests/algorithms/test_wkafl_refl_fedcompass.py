@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from builders import ROOT
+from builders import ROOT, check_config_runs
 from conftest import check_determinism_and_exact_resume, run
 
 from lit_asyncfl.algorithms import PRESETS, REFL, WKAFL, FedCompass
-from lit_asyncfl.cli import FederatedCLI
 from lit_asyncfl.schedulers.compass import CompassScheduler
 from lit_asyncfl.schedulers.deadline_rounds import DeadlineRounds
 from lit_asyncfl.server.grouped import GroupedDeltaStep
@@ -137,24 +136,9 @@ def test_comparison_specs_and_the_benchmark_suites_include_the_presets():
 
 @pytest.mark.parametrize("name", ["wkafl", "refl", "fedcompass"])
 def test_config_parses_and_runs(tmp_path, name):
-    config = ROOT / "configs" / f"{name}.yaml"
-    raw = yaml.safe_load(config.read_text())
     overrides = {
         "wkafl": ["--trainer.algorithm.init_args.k=4"],
         "refl": ["--trainer.algorithm.init_args.clients_per_round=4", "--trainer.algorithm.init_args.deadline=40.0"],
         "fedcompass": ["--trainer.algorithm.init_args.q_max=4"],
     }[name]
-    cli = FederatedCLI(
-        args=["fit", "--config", str(config), "--trainer.num_clients=12", "--trainer.max_versions=3",
-              "--trainer.max_virtual_time=null", "--trainer.eval_every=3", f"--trainer.default_root_dir={tmp_path}",
-              "--trainer.enable_progress_bar=false", "--trainer.print_summary=false", *overrides]
-    )  # fmt: skip
-    algorithm = cli.trainer.algorithm
-    assert type(algorithm) is PRESETS[name]
-    changed = {o.split("=")[0].rsplit(".", 1)[1] for o in overrides}
-    for key, value in raw["trainer"]["algorithm"]["init_args"].items():
-        if key not in changed:
-            assert algorithm.hparams[key] == value, key
-    summary = cli.trainer.summary
-    assert summary["versions"] == 3 and summary["stop_reason"] == "max_versions"
-    assert 0.0 < cli.trainer.history[-1]["val_acc"] <= 1.0
+    check_config_runs(tmp_path, name, overrides)
