@@ -111,3 +111,50 @@ def test_on_client_error_raise_resumes_as_drop_but_a_run_that_dropped_jobs_does_
     _edit(path, dropped)
     with pytest.raises(ValueError, match=r"on_client_error='drop' after 2 failing job\(s\) were dropped"):
         _resume(tmp_path / "again", path, on_client_error="raise")
+
+
+class Momentum(LogisticRegression):
+    """Its optimizer's settings live in code, not in hparams (class attributes a user edits between runs)."""
+
+    lr, momentum = 0.1, 0.0
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=Momentum.lr, momentum=Momentum.momentum)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param({"lr": 0.2}, r"optimizer.groups\[0\].lr: checkpoint 0.1 vs trainer 0.2$", id="lr"),
+        pytest.param(
+            {"momentum": 0.9}, r"optimizer.groups\[0\].momentum: checkpoint 0.0 vs trainer 0.9$", id="momentum"
+        ),
+        pytest.param({"num_threads": 2}, r"num_threads: checkpoint 1 vs trainer 2", id="num_threads"),
+    ],
+)
+def test_a_resume_refuses_what_would_change_the_results(tmp_path, change, message):
+    first = make_trainer(tmp_path / "first", FedAsync(concurrency=3), max_versions=4)
+    first.fit(Momentum(input_dim=64), datamodule=DigitsDataModule())
+    last = os.path.join(first.log_dir, "checkpoints", "last.ckpt")
+    threads = change.pop("num_threads", None)
+    for name, value in change.items():
+        setattr(Momentum, name, value)
+    try:
+        resumed = make_trainer(tmp_path / "resumed", FedAsync(concurrency=3), max_versions=8, num_threads=threads)
+        with pytest.raises(ValueError, match=r"written by a different configuration: .*" + message):
+            resumed.fit(Momentum(input_dim=64), datamodule=DigitsDataModule(), ckpt_path=last)
+    finally:
+        Momentum.lr, Momentum.momentum = 0.1, 0.0
+
+
+def test_a_refused_resume_leaves_the_checkpoint_and_outputs_it_resumed_from_untouched(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+
+    first = make_trainer(tmp_path, FedAsync(concurrency=3), max_versions=4, logger=CSVLogger(str(tmp_path), version=3))
+    first.fit(Momentum(input_dim=64), datamodule=DigitsDataModule())
+    last = os.path.join(first.log_dir, "checkpoints", "last.ckpt")
+    before = open(last, "rb").read(), open(os.path.join(first.log_dir, "summary.json")).read()
+    again = make_trainer(tmp_path, FedAsync(concurrency=4), max_versions=8, logger=CSVLogger(str(tmp_path), version=3))
+    with pytest.raises(ValueError, match="written by a different configuration"):
+        again.fit(Momentum(input_dim=64), datamodule=DigitsDataModule(), ckpt_path=last)  # into the same dir
+    assert (open(last, "rb").read(), open(os.path.join(first.log_dir, "summary.json")).read()) == before

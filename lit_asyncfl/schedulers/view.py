@@ -21,7 +21,7 @@ class SchedulerView(Protocol):
 
     Every hook of a :class:`~lit_asyncfl.schedulers.base.Scheduler` receives the
     :class:`~lit_asyncfl.core.simulator.Simulator` typed as this view; the rest of the simulator (its event loop,
-    checkpoint, executor, snapshots, observers) is its own business. ``tests/test_scheduler_view.py`` runs every
+    checkpoint, executor, snapshots, observers) is its own business. ``tests/schedulers/test_view.py`` runs every
     preset's scheduler against a proxy that exposes only these members and checks the scheduler sources statically.
     Attributes are read, never assigned (the arrays and dicts are the simulator's own: read them, do not change them).
 

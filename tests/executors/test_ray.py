@@ -1,0 +1,428 @@
+"""The Ray executor: jobs computed on Ray workers give exactly the sequential executor's weights.
+
+Every test runs on one simulated two-node Ray cluster (``ray.cluster_utils.Cluster``, one CPU per node) started
+once for the module; the workers are reused from run to run (``reuse_workers``), so a run costs a worker start only
+once. Skipped where Ray is not installed (the ``ray`` extra; CI installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray", reason="the Ray executor needs the ray extra: pip install 'lit-asyncfl[ray]'")
+
+from conftest import global_weights, make_trainer  # noqa: E402
+
+from lit_asyncfl.algorithms import ASFL, get_algorithm  # noqa: E402
+from lit_asyncfl.callbacks import Callback  # noqa: E402
+from lit_asyncfl.client.ray_executor import RayExecutor  # noqa: E402
+from lit_asyncfl.data import DigitsDataModule  # noqa: E402
+from lit_asyncfl.executors.ray.wire import _Wire  # noqa: E402
+from lit_asyncfl.mobility import MobileEdgeDevices  # noqa: E402
+from lit_asyncfl.models import LeNet5  # noqa: E402
+from lit_asyncfl.rl import FixedAction  # noqa: E402
+
+PRESETS = ("fedasync", "fedbuff", "fedavg", "fedhist", "fedadt", "fedasmu", "asfl")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two Ray nodes on this machine, one CPU each; the tests' module is importable on the workers."""
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():  # pragma: no cover (another module's Ray)
+        ray.shutdown()
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    nodes.add_node(num_cpus=1)
+    here = os.path.dirname(os.path.dirname(__file__))  # tests/: this module is executors.test_ray
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    ray.init(address=nodes.address, runtime_env={"env_vars": {"PYTHONPATH": path}}, log_to_driver=False)
+    nodes.wait_for_nodes()
+    yield nodes
+    from lit_asyncfl.client.ray_executor import release_workers
+
+    release_workers()
+    ray.shutdown()
+    nodes.shutdown()
+
+
+def fit(tmp_path, algorithm, executor=None, ckpt_path=None, model=None, **kwargs):
+    """A LeNet-5 (or ``model``) run on digits, sequential unless an ``executor`` is given."""
+    kwargs.setdefault("max_versions", 6)
+    kwargs.setdefault("checkpoint_every_seconds", None)
+    if executor is not None:
+        kwargs["executor"] = executor
+    trainer = make_trainer(tmp_path, get_algorithm(algorithm) if isinstance(algorithm, str) else algorithm, **kwargs)
+    trainer.fit(model if model is not None else LeNet5(lr=0.05), DigitsDataModule(), ckpt_path=ckpt_path)
+    return trainer
+
+
+def preset_run(tmp_path, preset, executor=None):
+    if preset != "asfl":
+        return fit(tmp_path, preset, executor)
+    asfl = ASFL(controller=FixedAction(2, 1), selected=4, rounds=6, max_latency=300.0)
+    return fit(tmp_path, asfl, executor, num_clients=12, device_model=MobileEdgeDevices())
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_ray_gives_the_sequential_weights_for_every_seed_algorithm(tmp_path, cluster, preset):
+    sequential = preset_run(tmp_path / "seq", preset)
+    on_ray = preset_run(tmp_path / "ray", preset, RayExecutor(num_workers=2))
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+    assert on_ray.summary["versions"] == sequential.summary["versions"] == 6
+    stats = on_ray.summary["executor"]
+    jobs = stats["jobs_remote"] + stats["jobs_local"]
+    assert jobs >= on_ray.summary["updates_received"] > 0
+    if preset == "fedasmu":  # its jobs talk to the server mid-training: computed at the request event, here
+        assert stats["jobs_remote"] == 0
+    else:
+        assert stats["jobs_local"] == 0
+
+
+def test_the_lightning_engine_on_ray_gives_the_sequential_weights(tmp_path, cluster):
+    sequential = fit(tmp_path / "seq", "fedasync", engine="lightning", max_versions=3)
+    on_ray = fit(tmp_path / "ray", "fedasync", RayExecutor(num_workers=2), engine="lightning", max_versions=3)
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+    assert on_ray.summary["executor"]["jobs_remote"] > 0
+
+
+def test_the_workers_run_on_both_nodes_of_the_cluster(tmp_path, cluster):
+    executor = RayExecutor(num_workers=2)
+    trainer = fit(tmp_path, "fedbuff", executor)
+    assert trainer.summary["executor"]["jobs_remote"] > 0
+    executor.start(lambda device: None, torch.device("cpu"))  # the same (reused) workers, to ask where they run
+    try:
+        nodes = {node for node, _ in ray.get([w.where.remote() for w in executor.workers])}
+    finally:
+        executor.stop()
+    assert nodes == {n["NodeID"] for n in ray.nodes() if n["Alive"]} and len(nodes) == 2
+
+
+@pytest.mark.parametrize(("first", "second"), [("ray", "ray"), ("ray", "sequential"), ("sequential", "ray")])
+def test_a_run_resumes_exactly_across_executors(tmp_path, cluster, first, second):
+    def executor(name):
+        return RayExecutor(num_workers=2) if name == "ray" else "sequential"
+
+    full = fit(tmp_path / "full", "fedbuff", max_versions=8)
+    half = fit(tmp_path / "half", "fedbuff", executor(first), max_versions=4)
+    assert half.simulator.in_flight  # jobs in flight at the checkpoint: resubmitted at the resume
+    ckpt = next((tmp_path / "half").rglob("last.ckpt"))
+    resumed = fit(tmp_path / "resumed", "fedbuff", executor(second), max_versions=8, ckpt_path=str(ckpt))
+    assert torch.equal(global_weights(resumed), global_weights(full))
+    assert [r["accuracy"] for r in resumed.history] == [r["accuracy"] for r in full.history]
+
+
+def test_at_most_max_ahead_results_wait_and_each_version_is_put_once(tmp_path, cluster):
+    executor = RayExecutor(num_workers=2, max_ahead=3)
+    puts = []
+    real_put = ray.put
+
+    def counting_put(value, *args, **kwargs):
+        puts.append(value)
+        return real_put(value, *args, **kwargs)
+
+    ray.put = counting_put
+    try:
+        trainer = fit(tmp_path, "fedbuff", executor, num_clients=40, max_versions=4)  # 8 in flight, K = 10
+    finally:
+        ray.put = real_put
+    stats = trainer.summary["executor"]
+    assert stats["max_results_waiting"] <= 3 + 1  # the window, plus a job needed before the window had room
+    starts = [p.tensor() for p in puts if isinstance(p, _Wire)]  # (a start model travels as its bytes)
+    assert len(starts) == len({(p.sum().item(), p.abs().sum().item()) for p in starts})  # no version put twice
+    assert 1 < len(starts) <= trainer.summary["versions"] + 1 < stats["jobs_remote"]  # one put per version
+
+
+class SlowLeNet(LeNet5):
+    """LeNet-5 whose steps take a while, so that a worker killed mid-run has jobs queued or running."""
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.02)
+        return super().training_step(batch, batch_idx)
+
+
+class KillAWorker(Callback):
+    def __init__(self, executor, at_event):
+        self.executor, self.at_event, self.killed = executor, at_event, 0
+
+    def on_event_end(self, trainer):
+        if trainer.simulator.events_processed == self.at_event:
+            ray.kill(self.executor.workers[0], no_restart=True)
+            self.killed += 1
+
+
+def test_a_killed_worker_is_replaced_and_its_jobs_recomputed_with_the_same_result(tmp_path, cluster):
+    def slow(seed=0):
+        torch.manual_seed(seed)
+        return SlowLeNet(lr=0.05)
+
+    sequential = fit(tmp_path / "seq", "fedbuff", model=slow(), num_clients=40, max_versions=2)
+    executor = RayExecutor(num_workers=2, max_ahead=8)  # 8 in flight: about 4 queued on each worker
+    kill = KillAWorker(executor, at_event=3)
+    on_ray = fit(tmp_path / "ray", "fedbuff", executor, model=slow(), num_clients=40, max_versions=2, callbacks=[kill])
+    assert kill.killed == 1
+    stats = on_ray.summary["executor"]
+    assert stats["worker_restarts"] == 1 and stats["jobs_recomputed"] >= 2  # one replacement for all its jobs
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+
+
+def test_the_cohort_engine_on_ray_is_deterministic_and_agrees_with_the_sequential_cohort(tmp_path, cluster):
+    def cohort_run(name, executor):
+        return fit(tmp_path / name, "fedbuff", executor, engine="cohort", num_clients=20, max_versions=6)
+
+    sequential = cohort_run("seq", None)
+    a = cohort_run("a", RayExecutor(num_workers=2, cohort_size=4))
+    b = cohort_run("b", RayExecutor(num_workers=2, cohort_size=4))
+    assert torch.equal(global_weights(a), global_weights(b))
+    torch.testing.assert_close(global_weights(a), global_weights(sequential), rtol=0, atol=1e-5)
+    assert a.summary["executor"]["jobs_remote"] > 0
+
+
+def test_a_job_that_raises_on_a_worker_fails_the_run_as_sequentially(tmp_path, cluster):
+    from lit_asyncfl.core.simulator import ClientJobError
+
+    with pytest.raises(ClientJobError, match=r"raised ValueError: broken on a worker") as caught:
+        fit(tmp_path, "fedasync", RayExecutor(num_workers=2), model=BrokenOnWorkers(os.getpid()))
+    assert isinstance(caught.value.__cause__, ValueError)  # the job's own exception, not Ray's wrapper
+
+
+class BrokenOnWorkers(LeNet5):
+    """Trains in this process (the fit-start probe passes) and raises in any other."""
+
+    def __init__(self, driver_pid):
+        super().__init__()
+        self.driver_pid = driver_pid
+
+    def training_step(self, batch, batch_idx):
+        if os.getpid() != self.driver_pid:
+            raise ValueError("broken on a worker")
+        return super().training_step(batch, batch_idx)
+
+
+class UnbuildableOnWorkers(LeNet5):
+    """A module that unpickles in this process only (as one whose class a worker cannot import)."""
+
+    def __init__(self, driver_pid):
+        super().__init__()
+        self.driver_pid = driver_pid
+
+    def __setstate__(self, state):
+        if os.getpid() != state["driver_pid"]:
+            raise ImportError("no module named 'my_private_models'")
+        super().__setstate__(state)
+
+
+def test_an_engine_that_cannot_be_built_on_a_worker_fails_naming_the_cause(tmp_path, cluster):
+    with pytest.raises(RuntimeError, match=r"(?s)building the engine on a Ray worker failed: .*my_private_models"):
+        fit(tmp_path, "fedasync", RayExecutor(num_workers=2), model=UnbuildableOnWorkers(os.getpid()))
+
+
+class WatchTheWorkers(Callback):
+    """Records, after every event, the most tasks placed on one worker and the results waiting to be consumed."""
+
+    def __init__(self, executor):
+        self.executor, self.most_placed, self.most_waiting = executor, 0, 0
+
+    def on_event_end(self, trainer):
+        self.most_placed = max(self.most_placed, *self.executor._busy)
+        self.most_waiting = max(self.most_waiting, len(self.executor._shipped))
+
+
+def test_each_worker_holds_at_most_two_tasks_and_the_rest_wait_here(tmp_path, cluster):
+    from lit_asyncfl.client.ray_executor import TASKS_PER_WORKER
+
+    executor = RayExecutor(num_workers=2, max_ahead=8)
+    watch = WatchTheWorkers(executor)
+    trainer = fit(tmp_path, "fedbuff", executor, num_clients=40, max_versions=3, callbacks=[watch])
+    assert TASKS_PER_WORKER == 2 and watch.most_placed == 2  # 8 shipped jobs, at most 2 on each worker
+    assert watch.most_waiting > 4  # so some waited in this process
+    stats = trainer.summary["executor"]
+    assert 0 < stats["worker_seconds"] < trainer.summary["wall_seconds"] * 2
+
+
+class DtypeSensitiveLeNet(LeNet5):
+    """Adds k * sum(weights) to its loss, k = (torch.tensor(0.1).item() - 0.1) * 1e6: 0 when the default dtype is
+    float64, 1.5e-3 when it is float32 (the model and data stay float32 either way)."""
+
+    def training_step(self, batch, batch_idx):
+        k = (torch.tensor(0.1).item() - 0.1) * 1e6
+        return super().training_step(batch, batch_idx) + k * sum(p.sum() for p in self.parameters())
+
+
+def test_workers_train_with_this_process_default_dtype(tmp_path, cluster):
+    def run(name, executor):
+        torch.manual_seed(0)
+        model = DtypeSensitiveLeNet(lr=0.05)  # (float32)
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            return fit(tmp_path / name, "fedasync", executor, model=model, max_versions=4)
+        finally:
+            torch.set_default_dtype(previous)
+
+    sequential, on_ray = run("seq", None), run("ray", RayExecutor(num_workers=2))
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))  # (float32 workers' steps differ)
+
+
+class DrawAtEveryEvent(Callback):
+    """Draws from this process's global generators (torch, NumPy, Python) after every event, as user code may."""
+
+    def __init__(self):
+        self.draws = []
+
+    def on_event_end(self, trainer):
+        import random
+
+        import numpy as np
+
+        self.draws.append((torch.rand(1).item(), np.random.rand(), random.random()))
+
+
+@pytest.mark.parametrize("algorithm", ["fedasync", "fedbuff"])
+def test_training_locally_gives_the_sequential_weights_and_user_code_draws_alike_under_every_executor(
+    tmp_path, cluster, algorithm
+):
+    watch = DrawAtEveryEvent()
+    sequential = fit(tmp_path / "seq", algorithm, num_clients=40, max_versions=20, callbacks=[watch])
+    draws = {"sequential": watch.draws}
+    for name, executor in [("workers", RayExecutor(num_workers=2)), ("local", RayExecutor(1, train_locally=True))]:
+        watch = DrawAtEveryEvent()
+        on_ray = fit(tmp_path / name, algorithm, executor, num_clients=40, max_versions=20, callbacks=[watch])
+        assert torch.equal(global_weights(on_ray), global_weights(sequential))
+        draws[name] = watch.draws
+    stats = on_ray.summary["executor"]
+    assert stats["jobs_trained_locally"] > 0 and stats["jobs_remote"] > 0 and stats["local_seconds"] > 0
+    assert stats["jobs_trained_locally"] + stats["jobs_remote"] >= on_ray.summary["updates_received"]
+    # a job seeds the generators it trains with: here they are restored, so user code drawing from them in this
+    # process sees what it sees when every job trains on a worker, whenever the jobs trained here ran
+    assert len(draws["local"]) > 10 and draws["local"] == draws["workers"] == draws["sequential"]
+
+
+def test_training_locally_keeps_the_cohorts_their_results_and_this_process_onednn_setting(tmp_path, cluster):
+    def cohort_run(name, executor):
+        return fit(tmp_path / name, "fedbuff", executor, engine="cohort", num_clients=40, max_versions=15)
+
+    torch.backends.mkldnn.enabled = False  # set by the user: the workers and the jobs trained here take it over
+    try:
+        on_workers = cohort_run("workers", RayExecutor(num_workers=2, cohort_size=4))
+        mixed = cohort_run("mixed", RayExecutor(num_workers=1, cohort_size=4, train_locally=True))
+    finally:
+        torch.backends.mkldnn.enabled = True
+    assert torch.equal(global_weights(mixed), global_weights(on_workers))
+    assert mixed.summary["executor"]["jobs_trained_locally"] > 0
+
+
+def test_the_cohort_and_fedasmu_executors_leave_this_process_generators(tmp_path, cluster):
+    for name, algorithm, kwargs in [("cohort", "fedbuff", {"engine": "cohort"}), ("fedasmu", "fedasmu", {})]:
+        draws = []
+        for executor in (None, RayExecutor(num_workers=2)):  # (FedASMU's jobs train here, at their events)
+            watch = DrawAtEveryEvent()
+            fit(tmp_path / f"{name}-{executor is None}", algorithm, executor, callbacks=[watch], **kwargs)
+            draws.append(watch.draws)
+        assert len(draws[0]) > 5 and draws[0] == draws[1], name
+
+
+class CountsItsEvaluations(LeNet5):
+    """A module whose training depends on state its hooks change on the global model: a job must train from the
+    module as it was when the run started, wherever it trains."""
+
+    def __init__(self):
+        super().__init__(lr=0.05)
+        self.evaluations = 0
+
+    def on_validation_epoch_end(self):
+        self.evaluations += 1
+
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch, batch_idx) * (1 + self.evaluations)
+
+
+@pytest.mark.parametrize("algorithm", ["fedasync", "fedasmu"])
+def test_jobs_trained_here_start_from_the_module_the_run_started_with(tmp_path, cluster, algorithm):
+    def run(name, executor):
+        torch.manual_seed(0)
+        return fit(tmp_path / name, algorithm, executor, model=CountsItsEvaluations(), num_clients=40,
+                   max_versions=10, eval_every=2)  # fmt: skip
+
+    sequential = run("seq", None)
+    executor = RayExecutor(num_workers=1, train_locally=True)
+    here = run("here", executor)
+    assert torch.equal(global_weights(here), global_weights(sequential))
+    assert executor.stats["jobs_trained_locally" if algorithm == "fedasync" else "jobs_local"] > 0
+
+
+class RaisesOnSomeBatches(LeNet5):
+    """Raises (with gradients on: the fit-start probe passes) when a job's first batch starts with a 7: the same
+    jobs fail wherever they train."""
+
+    def training_step(self, batch, batch_idx):
+        if torch.is_grad_enabled() and batch_idx == 0 and int(batch[1][0]) == 7:
+            raise ValueError("a 7 first")
+        return super().training_step(batch, batch_idx)
+
+
+def test_jobs_that_raise_while_trained_here_are_dropped_as_sequentially(tmp_path, cluster):
+    def run(name, executor):
+        torch.manual_seed(0)
+        return fit(tmp_path / name, "fedasync", executor, model=RaisesOnSomeBatches(lr=0.05), num_clients=40,
+                   max_versions=20, on_client_error="drop")  # fmt: skip
+
+    sequential = run("seq", None)
+    executor = RayExecutor(num_workers=1, train_locally=True)
+    here = run("here", executor)
+    dropped = sequential.summary["drop_reasons"]["client_error"]
+    assert dropped > 0 and here.summary["drop_reasons"]["client_error"] == dropped
+    assert torch.equal(global_weights(here), global_weights(sequential))
+    assert executor.stats["jobs_trained_locally"] > 0
+
+
+def test_a_tensor_travels_to_and_from_workers_bit_for_bit_in_every_dtype():
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64):
+        tensor = (torch.randn(2, 3, 5) * 1e3).to(dtype)
+        if dtype.is_floating_point:
+            tensor.view(-1)[:3] = torch.tensor([float("nan"), float("inf"), -0.0], dtype=dtype)
+        bits = tensor.reshape(-1).view(torch.uint8).clone()
+        wire = _Wire.of(tensor)
+        assert wire.data.dtype == "uint8" and wire.data.nbytes == tensor.numel() * tensor.element_size()
+        back = wire.tensor()
+        assert back.dtype == dtype and back.shape == tensor.shape
+        assert torch.equal(back.reshape(-1).view(torch.uint8), bits)  # the same bits (NaN, inf, -0.0 too)
+        wire.data[:] = 0  # (as the object store's buffer is reused) the received tensor is its own copy
+        assert torch.equal(back.reshape(-1).view(torch.uint8), bits)
+    empty = _Wire.of(torch.empty(0, 3, dtype=torch.bfloat16)).tensor()
+    assert empty.shape == (0, 3) and empty.dtype == torch.bfloat16
+    transposed = torch.arange(6.0).reshape(2, 3).t()  # (not contiguous)
+    assert torch.equal(_Wire.of(transposed).tensor(), transposed)
+
+
+def test_training_locally_beside_gpu_workers_is_refused_on_a_cpu_run(tmp_path, cluster):
+    executor = RayExecutor(num_workers=1, num_gpus_per_worker=0.5, train_locally=True)
+    with pytest.raises(ValueError, match=r"train_locally=True trains jobs on this process's device \(cpu\) and the "
+                       r"workers train on cuda.*set train_locally=False"):  # fmt: skip
+        fit(tmp_path, "fedasync", executor)
+
+
+class BrokenHere(LeNet5):
+    """Trains on the workers and raises in this process's training (its fit-start probe, without gradients, passes)."""
+
+    def __init__(self, driver_pid):
+        super().__init__()
+        self.driver_pid = driver_pid
+
+    def training_step(self, batch, batch_idx):
+        if os.getpid() == self.driver_pid and torch.is_grad_enabled():
+            raise ValueError("broken here")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_job_that_raises_while_trained_locally_fails_the_run_as_sequentially(tmp_path, cluster):
+    from lit_asyncfl.core.simulator import ClientJobError
+
+    executor = RayExecutor(num_workers=1, train_locally=True)
+    with pytest.raises(ClientJobError, match=r"raised ValueError: broken here") as caught:
+        fit(tmp_path, "fedasync", executor, model=BrokenHere(os.getpid()), num_clients=40, max_versions=20)
+    assert isinstance(caught.value.__cause__, ValueError)
