@@ -1,4 +1,4 @@
-"""Third-party-style Lightning code for tests/test_lightning_parity.py (issue 32, item 6): small copies of the styles
+"""Third-party-style Lightning code for tests/loops/test_lightning_parity.py (issue 32, item 6): copies of the styles
 users bring — an autoencoder without labels (Lightning's own example), ``self.log_dict``, validation outputs
 aggregated in ``on_validation_epoch_end`` (Lightning 2's pattern), BatchNorm (with a running and a cumulative
 average), torchmetrics objects, a module bringing its own unshuffled data — plus data modules that load their data

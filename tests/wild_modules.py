@@ -1,4 +1,4 @@
-"""Third-party-style Lightning code, as found in tutorials and other projects, for tests/test_wild_lightning.py.
+"""Third-party-style Lightning code, as found in tutorials and other projects, for tests/loops/test_wild_lightning.py.
 
 ``LClassifier``/``LData`` are a tutorial's classifier and data module; tests/wild_pl_modules.py holds the same code in
 the old namespace (``import pytorch_lightning as pl``), as Flower's Lightning quickstart and many tutorials write it.

@@ -113,7 +113,7 @@ def _hook_loaders(model: Any, name: str) -> bool:
     return isinstance(model, namespaces.classes("LightningModule")) and namespaces.is_overridden(name, model)
 
 
-class EvalLoaders(L.LightningDataModule):
+class _EvalLoaders(L.LightningDataModule):
     """Evaluation data given as to ``lightning.Trainer.validate``/``test``: loaders, or a module's own hooks.
 
     Args:
@@ -122,7 +122,7 @@ class EvalLoaders(L.LightningDataModule):
             ``setup(stage)`` where it overrides ``setup``, as Lightning runs it), when ``loaders`` is ``None``.
 
     Example:
-        >>> EvalLoaders([[1], [2]]).val_dataloader()
+        >>> _EvalLoaders([[1], [2]]).val_dataloader()
         [[1], [2]]
     """
 
@@ -160,10 +160,10 @@ def eval_data(stage: str, model: Any, dataloaders: Any, datamodule: Any) -> L.Li
     if dataloaders is not None:
         if datamodule is not None:
             raise TypeError(f"{stage}: pass either dataloaders or datamodule, not both (as lightning.Trainer)")
-        return EvalLoaders(dataloaders)
+        return _EvalLoaders(dataloaders)
     if datamodule is not None:
         return datamodule
     hook = "val_dataloader" if stage == "validate" else "test_dataloader"
     if model is not None and _hook_loaders(model, hook):
-        return EvalLoaders(module=model)
+        return _EvalLoaders(module=model)
     return None

@@ -7,3 +7,5 @@ settings and runs the loop, and calls these.
 - :mod:`~lit_asyncfl.run.ending`: the end of a run (final evaluation, summary) and a failure's record;
 - :mod:`~lit_asyncfl.run.stages`: ``validate`` and ``test``.
 """
+
+__all__: list[str] = []  # internal parts of FederatedTrainer: nothing here is public API

@@ -153,7 +153,7 @@ def test_run_callbacks_that_monitor_are_refused_without_validation_step(tmp_path
 
 
 def test_an_autoencoder_without_validation_step_through_the_cli(tmp_path):
-    args = ["fit", "--model=test_wild_nonclassifier.Autoencoder", "--data=wild_modules.LData",
+    args = ["fit", "--model=loops.test_wild_nonclassifier.Autoencoder", "--data=wild_modules.LData",
             "--trainer.algorithm=fedavg", "--trainer.num_clients=3", "--trainer.max_versions=2",
             f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
             "--trainer.print_summary=false"]  # fmt: skip
