@@ -46,7 +46,10 @@ def local_ray():
         ray.shutdown()
     here = os.path.dirname(__file__)
     path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+    ray.init(
+        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )  # fmt: skip
     yield
     release_workers()
     ray.shutdown()

@@ -167,7 +167,8 @@ class RayExecutor(_Placement):
         #: in this process), ``jobs_trained_locally`` (shipped jobs this process trained, ``train_locally``),
         #: ``jobs_recomputed``, ``worker_restarts``, ``max_results_waiting``, ``worker_seconds`` (the workers' time
         #: spent training, summed; divided by wall time and workers it is their utilisation) and ``local_seconds``
-        #: (this process's, ``train_locally``), reported in the run summary.
+        #: (this process's, ``train_locally``) and ``wait_seconds`` (this process's time waiting for a worker's
+        #: result), reported in the run summary.
         self.stats: dict[str, float] = {}
         self._ray: Any = None
         self._workers: list[Any] = []
@@ -283,7 +284,7 @@ class RayExecutor(_Placement):
             ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
              "max_results_waiting"), 0,
         )  # fmt: skip
-        self.stats["worker_seconds"] = self.stats["local_seconds"] = 0.0
+        self.stats["worker_seconds"] = self.stats["local_seconds"] = self.stats["wait_seconds"] = 0.0
         return self
 
     def _default_workers(self, ray: Any) -> int:

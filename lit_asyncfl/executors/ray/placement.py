@@ -189,12 +189,14 @@ class _Placement:
                 self._train_here(shipped)
                 continue
             self._place()
+            began = time.perf_counter()
             finished, _ = ray.wait(list(self._running), num_returns=1, timeout=0 if self.train_locally else None)
             if not finished and self._waiting:  # (train_locally) the workers are busy: the earliest waiting task
                 self._train_here(heapq.heappop(self._waiting)[2])
                 continue
             if not finished:
                 finished, _ = ray.wait(list(self._running), num_returns=1)
+            self.stats["wait_seconds"] += time.perf_counter() - began
             for ref in finished:
                 self._receive(self._running.pop(ref))
         if job_id not in self._done:

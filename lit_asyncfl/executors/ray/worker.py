@@ -90,9 +90,10 @@ class JobRunner:
     """
 
     def __init__(self, trainer: Any) -> None:
-        with detached(trainer.callbacks):
-            trainer.callbacks = copy.deepcopy(trainer.callbacks)  # its own: callbacks keep the job in progress
-        self.trainer, self.device = trainer, trainer.device
+        if hasattr(trainer, "callbacks"):  # (a test's stand-in engine may have none)
+            with detached(trainer.callbacks):
+                trainer.callbacks = copy.deepcopy(trainer.callbacks)  # its own: callbacks keep the job in progress
+        self.trainer, self.device = trainer, getattr(trainer, "device", None)
         self.spare: list[Any] = []  # engines of parked jobs that finished, for the next parked jobs
         self.parked: dict[int, tuple[Any, Any, tuple[Any, ...]]] = {}  # job id -> engine, generator, its RNG state
 
