@@ -18,6 +18,7 @@ ray = pytest.importorskip("ray", reason="the Ray executor needs the ray extra: p
 from conftest import global_weights, make_trainer  # noqa: E402
 
 from lit_asyncfl.algorithms import PRESETS  # noqa: E402
+from lit_asyncfl.client_callbacks import ClientCallback  # noqa: E402
 from lit_asyncfl.data import DigitsDataModule  # noqa: E402
 from lit_asyncfl.executors import RayExecutor, release_workers  # noqa: E402
 from lit_asyncfl.mobility import MobileEdgeDevices  # noqa: E402
@@ -101,3 +102,71 @@ def test_a_run_with_carried_state_resumes_exactly_across_executors(tmp_path, loc
     ckpt = next((tmp_path / "half").rglob("last.ckpt"))
     resumed = fit(tmp_path / "resumed", name, executor(second), max_versions=6, ckpt_path=str(ckpt))
     assert torch.equal(global_weights(resumed), global_weights(full))
+
+
+def test_a_job_parked_at_its_request_while_another_trains_ends_as_if_trained_whole():
+    """Two parts on a JobRunner (the first, another job trained whole on the same runner, then the rest with the
+    server's answer) give the engine's one-go training: the same weights and what FedASMU's merge learned."""
+    from lit_asyncfl.core.update import ClientJob, JobTiming
+    from lit_asyncfl.executors.factory import make_local_trainer
+    from lit_asyncfl.executors.ray.worker import JobRunner
+
+    merge = PRESETS["fedasmu"]().client_callbacks[0]
+    merge.on_fit_start(4)
+    dm = DigitsDataModule()
+    dm.prepare_data(), dm.setup("fit")
+    shards = dm.client_shards(4, 0, torch.device("cpu"))
+    model = LogisticRegression(input_dim=64)
+    start = torch.cat([p.detach().flatten() for p in model.parameters()])
+    fresh = (start + 0.01, 3)
+
+    def engine(callbacks):
+        return make_local_trainer("fast", model, shards, 10, callbacks, False, False, torch.device("cpu"))
+
+    def job(job_id, client):
+        made = ClientJob(job_id=job_id, client=client, base_version=0, dispatch_time=0.0, seed=job_id + 7,
+                         timing=JobTiming(1.0, 1.0, 1.0), local_epochs=2, num_steps=8)  # fmt: skip
+        made.request_step = merge.request_step(made)
+        return made
+
+    first, second = job(0, 1), job(1, 2)
+    states = [merge.job_state(first)], [merge.job_state(second)]
+    runner = JobRunner(engine([merge]))
+    runner.first_part(first, start, states[0])
+    other, _ = runner.train(second, start, states[1])
+    parted, learned = runner.next_part(first, fresh)
+    assert learned[0] is not None and merge.controls(1) == (merge.gamma0, merge.upsilon0)  # not learned here
+    whole = engine([merge]).train(first, start, fresh)  # the sequential way (learns: the run's own callback)
+    assert torch.equal(parted.weights, whole.weights) and parted.info["beta"] == whole.info["beta"]
+    assert merge.controls(1) == learned[0][0]
+    assert torch.equal(other.weights, engine([merge]).train(second, start, None).weights)
+
+
+def test_jobs_that_must_stay_in_this_process_are_named_at_fit_start(tmp_path, local_ray, caplog):
+    class CountsJobs(ClientCallback):  # state across jobs, not declared: its jobs cannot leave
+        def __init__(self):
+            self.jobs = 0
+
+        def on_train_end(self, trainer, job, update):
+            self.jobs += 1
+
+    algorithm = PRESETS["fedasync"]()
+    algorithm.client_callbacks.append(CountsJobs())
+    trainer = make_trainer(tmp_path / "a", algorithm, max_versions=2, executor=RayExecutor(num_workers=1))
+    with caplog.at_level("WARNING", logger="lit_asyncfl"):
+        trainer.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule())
+    assert "CountsJobs" in caplog.text and "declare neither runs_on_workers nor carries_state" in caplog.text
+    assert trainer.summary["executor"]["jobs_remote"] == 0 < trainer.summary["executor"]["jobs_local"]
+    caplog.clear()
+    executor = RayExecutor(num_workers=1)  # an engine that cannot split a job at its request (as "lightning")
+    with caplog.at_level("WARNING", logger="lit_asyncfl"):
+        executor.start(lambda device: WholeJobsOnly(), torch.device("cpu"), PRESETS["fedasmu"]().client_callbacks)
+    executor.stop()
+    assert "FreshModelMerge that ask the server mid-training: with WholeJobsOnly they train whole" in caplog.text
+
+
+class WholeJobsOnly:
+    """A stand-in engine without ``train_parts``."""
+
+    def __init__(self) -> None:
+        self.device, self.callbacks = torch.device("cpu"), []
