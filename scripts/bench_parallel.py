@@ -19,7 +19,7 @@ process, which then shares their cores). The workloads:
 Ray's workers are started (and warmed on a short run) before the timed runs, which then reuse them; the start-up is
 reported apart (``ray_start_seconds``). The timed Ray run's wall time includes everything else.
 
-    python scripts/bench_parallel.py                        # heavy and heavy-fedasmu, 3 alternating repeats
+    python scripts/bench_parallel.py                        # heavy and heavy-fedasmu, 3 repeats: ~15 min on 2 cores
     python scripts/bench_parallel.py --workload heavy --versions 200
     python scripts/bench_parallel.py --gpus-per-worker 0.5  # GPU workers (needs CUDA), two per GPU
 
