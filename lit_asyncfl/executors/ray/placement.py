@@ -295,6 +295,8 @@ class _Placement:
         worker (or here), or running (waited for), or not on a worker yet (then the whole job is shipped, with the
         answer); the rest is trained where the job is parked."""
         shipped = self._shipped[job_id]
+        if fresh is not None:  # (the server's weights change in place after this event; a recomputation needs them)
+            fresh = (fresh[0].clone(), fresh[1])
         if shipped.ref is None and job_id not in self._parked and shipped.part == 1:  # not placed yet
             self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
             heapq.heapify(self._waiting)
