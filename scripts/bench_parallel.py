@@ -10,18 +10,27 @@ process, which then shares their cores). The workloads:
   (3x32x32, 10 classes, each class a noisy pattern of its own), split over 20 clients by Dirichlet(0.5) label skew
   (unequal non-IID shards), FedAsync with 8 clients in flight; one client update takes a noticeable fraction of a
   second on a CPU core.
+* ``heavy-fedasmu``: the same model, data and clients under FedASMU (8 in flight): every job asks the server for
+  the fresh model mid-training, so on Ray it trains in two parts (up to its request ahead, the rest at the request
+  event, where the simulation waits for it).
 * ``digits``: the quickstart (FedAsync, LeNet-5, 100 clients, Dirichlet(0.5) digits, 10 in flight), where one update
   takes about a millisecond: Ray's per-job overhead (shipping the job, a remote call, the result back) dominates.
 
 Ray's workers are started (and warmed on a short run) before the timed runs, which then reuse them; the start-up is
 reported apart (``ray_start_seconds``). The timed Ray run's wall time includes everything else.
 
-    python scripts/bench_parallel.py                        # ~9 minutes on 2 cores (3 alternating repeats)
+    python scripts/bench_parallel.py                        # heavy and heavy-fedasmu, 3 repeats: ~15 min on 2 cores
     python scripts/bench_parallel.py --workload heavy --versions 200
     python scripts/bench_parallel.py --gpus-per-worker 0.5  # GPU workers (needs CUDA), two per GPU
 
-The last line is machine-readable: ``speedup=<heavy Ray / sequential updates per second> weights identical`` (or
-``weights differ``), for the first Ray configuration (``train_locally``; with GPU workers, the other one).
+For each Ray run it prints where the trainers' time went: the run's fixed costs (before the first job and after the
+last update: building the run, the final evaluation and plots, when nothing can train in parallel), this process's
+time waiting for a worker's result, its other work per update (simulation, shipping, receiving), and the trainers'
+busy share of the rest. The last lines are machine-readable, one per heavy workload (``heavy-fedasmu`` last):
+``speedup=<Ray / sequential updates per second, median> limit=<this machine's limit> efficiency=<speedup / limit>
+weights identical`` (or ``weights differ``), for the first Ray configuration (``train_locally``; with GPU workers,
+the other one). The limit is measured in the same run: ``--workers`` raw PyTorch loops of the heavy workload's
+SGD step at once against one.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from lit_asyncfl import FederatedTrainer
-from lit_asyncfl.algorithms import FedAsync
+from lit_asyncfl.algorithms import FedASMU, FedAsync
 from lit_asyncfl.client.ray_executor import RayExecutor, release_workers
 from lit_asyncfl.data import DigitsDataModule, PartitionedDataModule
 from lit_asyncfl.models import LeNet5, SimpleCNN
@@ -63,11 +72,16 @@ class CifarShaped(L.LightningDataModule):
 
 def workload(name: str) -> dict[str, Any]:
     """The model, data and trainer settings of a workload."""
-    if name == "heavy":
+    if name in ("heavy", "heavy-fedasmu"):
+        algorithm = (
+            (lambda: FedAsync(concurrency=8))
+            if name == "heavy"
+            else (lambda: FedASMU(period=20.0, clients_per_trigger=8, max_parallel=8))
+        )
         return {
             "model": lambda: SimpleCNN(in_channels=3, input_size=32, lr=0.01),
             "data": lambda: PartitionedDataModule(CifarShaped(), partition="dirichlet", alpha=0.5),
-            "trainer": {"algorithm": lambda: FedAsync(concurrency=8), "num_clients": 20, "eval_every": 1000},
+            "trainer": {"algorithm": algorithm, "num_clients": 20, "eval_every": 1000},
         }
     return {
         "model": lambda: LeNet5(input_size=8, lr=0.05),
@@ -193,9 +207,36 @@ def machine_scaling(processes: int, steps: int = 400) -> float:
     return sum(alone / s for s in seconds)
 
 
-def fit(name: str, versions: int, executor: Any) -> tuple[float, int, torch.Tensor, float]:
-    """One run: wall seconds, client updates received, final weights, seconds spent training jobs by the Ray workers
-    and (``train_locally``) by this process."""
+class Span:
+    """When the run's first job was submitted and its last update received (outside: the run's fixed costs)."""
+
+    def __init__(self) -> None:
+        self.first = self.last = None
+
+    def __enter__(self) -> Span:
+        self._saved = RayExecutor.submit, RayExecutor.result
+        submit, result = self._saved
+        span = self
+
+        def timed_submit(executor: Any, job: Any, start: Any) -> None:
+            span.first = span.first or time.perf_counter()
+            submit(executor, job, start)
+
+        def timed_result(executor: Any, job_id: int, fresh: Any = None) -> Any:
+            update = result(executor, job_id, fresh)
+            span.last = time.perf_counter()
+            return update
+
+        RayExecutor.submit, RayExecutor.result = timed_submit, timed_result
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        RayExecutor.submit, RayExecutor.result = self._saved
+
+
+def fit(name: str, versions: int, executor: Any) -> tuple[float, int, torch.Tensor, dict[str, float]]:
+    """One run: wall seconds, client updates received, final weights, and (Ray) the executor's statistics with the
+    run's fixed costs (``fixed_seconds``: before the first job and after the last update)."""
     spec = workload(name)
     settings = {**spec["trainer"], "algorithm": spec["trainer"]["algorithm"]()}
     trainer = FederatedTrainer(
@@ -203,22 +244,23 @@ def fit(name: str, versions: int, executor: Any) -> tuple[float, int, torch.Tens
         default_root_dir=tempfile.mkdtemp(), checkpoint_every_seconds=None, executor=executor,
     )  # fmt: skip
     model = spec["model"]()
-    start = time.perf_counter()
-    trainer.fit(model, spec["data"]())
-    wall = time.perf_counter() - start
+    with Span() as span:
+        start = time.perf_counter()
+        trainer.fit(model, spec["data"]())
+        end = time.perf_counter()
     weights = torch.cat([p.detach().flatten() for p in model.state_dict().values() if p.is_floating_point()])
-    stats = trainer.summary.get("executor", {})
-    return (
-        wall,
-        trainer.summary["updates_received"],
-        weights,
-        stats.get("worker_seconds", 0.0) + stats.get("local_seconds", 0.0),
-    )
+    stats = dict(trainer.summary.get("executor", {}))
+    if span.first is not None:
+        stats["fixed_seconds"] = (span.first - start) + (end - span.last)
+    return end - start, trainer.summary["updates_received"], weights, stats
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", choices=("heavy", "digits", "both"), default="both")
+    parser.add_argument(
+        "--workload", choices=("heavy", "heavy-fedasmu", "digits", "both", "all"), default="both",
+        help="both: heavy and heavy-fedasmu; all: and digits",
+    )  # fmt: skip
     parser.add_argument("--workers", type=int, default=2, help="parallel trainers (the cores to use)")
     parser.add_argument(
         "--versions", type=int, default=400, help="global versions of the heavy run (its fixed costs, evaluations and "
@@ -244,14 +286,16 @@ def main() -> None:
     if args.workers < 2 or args.gpus_per_worker > 0:  # (this process trains on the CPU: not with GPU workers)
         del configurations[next(iter(configurations))]
     start = time.perf_counter()
-    ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=args.workers, include_dashboard=False, log_to_driver=False)  # (a Ray of its own)
     for executor in configurations.values():  # starts the workers (they import torch and Lightning), kept
         fit("digits", 5, executor())
     print(f"ray_start_seconds={time.perf_counter() - start:.1f} (Ray and its workers, once per process)")
-    names = ("heavy", "digits") if args.workload == "both" else (args.workload,)
+    names = {"both": ("heavy", "heavy-fedasmu"), "all": ("heavy", "heavy-fedasmu", "digits")}.get(
+        args.workload, (args.workload,)
+    )
     results: dict[str, tuple[list[float], bool]] = {}
     for name in names:
-        versions = args.versions if name == "heavy" else args.digits_versions
+        versions = args.digits_versions if name == "digits" else args.versions
         for repeat in range(args.repeats):  # sequential and Ray alternate: the machine's drift hits both alike
             with Trace() as trace:
                 seq_wall, seq_updates, seq_weights, _ = fit(name, versions, "sequential")
@@ -264,7 +308,8 @@ def main() -> None:
                 f"with {args.workers} perfect trainers {limit:.2f}x"
             )
             for index, (label, executor) in enumerate(configurations.items()):
-                ray_wall, ray_updates, ray_weights, trained = fit(name, versions, executor())
+                ray_wall, ray_updates, ray_weights, stats = fit(name, versions, executor())
+                trained = stats["worker_seconds"] + stats["local_seconds"]
                 identical = torch.equal(seq_weights, ray_weights) and seq_updates == ray_updates
                 ray_rate = ray_updates / ray_wall
                 ratios, all_identical = results.get(name, ([], True))  # (identical: every configuration's)
@@ -275,18 +320,36 @@ def main() -> None:
                     f"{trained / (ray_wall * args.workers):.0%} of the run, "
                     f"{trained / max(ray_updates, 1) * 1e3:.1f} ms of training per update"
                 )
+                fixed, wait = stats["fixed_seconds"], stats["wait_seconds"]
+                driver = ray_wall - fixed - wait - stats["local_seconds"]
+                middle = ray_wall - fixed
+                print(
+                    f"    where the time went: fixed costs {fixed:.1f}s ({fixed / ray_wall:.0%} of the run, no "
+                    f"parallel training); between the first job and the last update ({middle:.1f}s) the trainers "
+                    f"were busy {trained / (middle * args.workers):.0%}; this process waited for a result "
+                    f"{wait:.1f}s, trained {stats['local_seconds']:.1f}s and spent "
+                    f"{driver / max(ray_updates, 1) * 1e3:.1f} ms per update on the rest (simulation, shipping, "
+                    f"receiving); jobs computed here at their events: {stats['jobs_local']}"
+                )
         ratios = sorted(results[name][0])
         listed = ", ".join(f"{r:.2f}x" for r in ratios)
         print(f"{name}, {next(iter(configurations))}: {listed}; median {statistics.median(ratios):.2f}x")
     release_workers()
     ray.shutdown()
-    if "heavy" in names:
+    limit = machine_scaling(args.workers)
+    print(
+        f"this machine's own limit: {args.workers} raw PyTorch loops of the heavy workload's step at once train "
+        f"{limit:.2f}x one loop's steps per second"
+    )
+    for name in names:  # (heavy-fedasmu last, with the default workloads)
+        if name == "digits" and len(names) > 1:
+            continue
+        ratios, identical = results[name]
+        speedup = statistics.median(ratios)
         print(
-            f"this machine's own limit: {args.workers} raw PyTorch loops of the heavy workload's step at once train "
-            f"{machine_scaling(args.workers):.2f}x one loop's steps per second"
+            f"speedup={speedup:.2f} limit={limit:.2f} efficiency={speedup / limit:.2f} weights "
+            f"{'identical' if identical else 'differ'} ({name})"
         )
-    ratios, identical = results[names[0]]
-    print(f"speedup={statistics.median(ratios):.2f} weights {'identical' if identical else 'differ'}")
 
 
 if __name__ == "__main__":

@@ -24,16 +24,27 @@ class ClientCallback:
 
     #: ``True`` when what the callback does to a job depends only on the job and its start weights and it keeps no
     #: state across jobs: a :class:`~lit_asyncfl.executors.RayExecutor` may then train jobs on other
-    #: processes, ahead of their events, each with a copy of the callback. ``False`` (the safe default): a Ray run
-    #: trains its jobs in the simulation's process, at their events, as the sequential executor does.
+    #: processes, ahead of their events, each with a copy of the callback. ``False`` (the safe default): unless the
+    #: callback :attr:`carries_state`, a Ray run trains its jobs in the simulation's process, at their events, as the
+    #: sequential executor does (a warning names the callback).
     runs_on_workers: bool = False
     #: ``True`` when the callback keeps per-client tensors in the run's
     #: :class:`~lit_asyncfl.core.client_state.ClientStateStore` (``FederatedTrainer(client_state_budget=...)``): the
     #: trainer sets :attr:`client_state` before the run and checkpoints the store with the simulation. Such a
-    #: callback must keep ``runs_on_workers = False``: the store lives in the simulation's process.
+    #: callback must keep ``runs_on_workers = False``: the store lives in the simulation's process (it
+    #: :attr:`carries_state` instead: a job's entries travel with it).
     uses_client_state: bool = False
     #: The run's per-client state store (set by the trainer when :attr:`uses_client_state`).
     client_state: ClientStateStore | None = None
+    #: ``True`` when the callback keeps state across jobs and declares what a job reads and writes of it with
+    #: :meth:`job_state`, :meth:`load_job_state`, :meth:`job_result` and :meth:`commit_job_result`: a
+    #: :class:`~lit_asyncfl.executors.RayExecutor` then trains its jobs on workers, each job carrying its part of the
+    #: state there and its changes back, committed here when the job's update is consumed (where the sequential
+    #: executor runs ``on_train_end``). The defaults carry :attr:`client_state_attributes`.
+    carries_state: bool = False
+    #: Names of this callback's attributes that are dicts keyed by client id, of which a job of client ``c`` reads and
+    #: writes entry ``c`` only: what the default :meth:`job_state` and :meth:`job_result` carry.
+    client_state_attributes: tuple[str, ...] = ()
 
     @property
     def state_key(self) -> str:
@@ -78,6 +89,31 @@ class ClientCallback:
 
     def on_job_dropped(self, job: ClientJob, reason: str) -> None:
         """Called when a job ends without an update (e.g. it raised): forget what was kept for it."""
+
+    def job_state(self, job: ClientJob) -> Any:
+        """In the simulation's process, when a job leaves for a worker (:attr:`carries_state`): the part of this
+        callback's state the job's training reads (default: each :attr:`client_state_attributes` dict's entry of
+        ``job.client``, if any). No later job of the client is shipped before this one is consumed."""
+        return {name: _entry(getattr(self, name), job.client) for name in self.client_state_attributes}
+
+    def load_job_state(self, job: ClientJob, state: Any) -> None:
+        """On a worker (a copy of this callback), before the job trains: hold exactly ``state``, the value of
+        :meth:`job_state` (the copy keeps no other client's state)."""
+        for name, entry in state.items():
+            setattr(self, name, dict(entry))
+
+    def job_result(self, job: ClientJob) -> Any:
+        """On a worker, after the job trained (``on_train_end`` ran): what the job changed, for
+        :meth:`commit_job_result` (default: the client's entries, as :meth:`job_state`)."""
+        return self.job_state(job)
+
+    def commit_job_result(self, job: ClientJob, result: Any) -> None:
+        """In the simulation's process, when the job's update is consumed: apply :meth:`job_result`'s value, as
+        ``on_train_end`` would have here (a job that raised or was cancelled commits nothing)."""
+        for name, entry in result.items():
+            values = getattr(self, name)
+            values.pop(job.client, None)
+            values.update(entry)
 
     def metrics(self) -> dict[str, Any]:
         """Values this callback adds to every evaluation row (hence the loggers) and to the run summary, e.g. the
@@ -155,3 +191,8 @@ class LearningRateDecay(ClientCallback):
         for group in trainer.optimizer.param_groups:
             group["lr"] *= factor
         trainer.job_info["lr"] = float(trainer.optimizer.param_groups[0]["lr"])
+
+
+def _entry(values: dict[int, Any], client: int) -> dict[int, Any]:
+    """``{client: values[client]}``, or ``{}`` when the client has no entry."""
+    return {client: values[client]} if client in values else {}

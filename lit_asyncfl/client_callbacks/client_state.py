@@ -2,9 +2,10 @@
 :class:`~lit_asyncfl.core.client_state.ClientStateStore`: MOON's model-contrastive term and FedDyn's dynamic
 regulariser.
 
-Both keep ``runs_on_workers = False``: the store lives in the simulation's process, so under a
-:class:`~lit_asyncfl.executors.RayExecutor` their jobs are trained in that process at their events, as the
-sequential executor does (the weights are the same either way).
+Both keep ``runs_on_workers = False`` and declare :attr:`~lit_asyncfl.client_callbacks.ClientCallback.carries_state`:
+the store lives in the simulation's process, and under a :class:`~lit_asyncfl.executors.RayExecutor` a job carries
+its client's entry to the worker and brings the new one back, put into the store when the job's update is consumed
+(the weights are the same as sequentially).
 """
 
 from __future__ import annotations
@@ -34,13 +35,36 @@ class _StatefulClientCallback(ClientCallback):
     trainer)."""
 
     uses_client_state = True
-    runs_on_workers = False  # the store is in the simulation's process
+    runs_on_workers = False  # the store is in the simulation's process: a job carries its client's entry
+    carries_state = True
+    #: Name of the callback's entry in the client state store.
+    STATE_NAME: str
+    _loaded: Tensor | None = None
 
     @property
     def store(self) -> ClientStateStore:
         if self.client_state is None:
             self.client_state = ClientStateStore()
         return self.client_state
+
+    def job_state(self, job: ClientJob) -> Tensor | None:
+        """The client's entry (``None`` before its first job), read from the store when the job is shipped."""
+        return self.store.get(job.client, self.STATE_NAME)
+
+    def load_job_state(self, job: ClientJob, state: Tensor | None) -> None:
+        self.client_state = ClientStateStore()  # a worker's copy holds the job's client's entry only
+        if state is not None:
+            self.store.put(job.client, self.STATE_NAME, state)
+        self._loaded = self.store.get(job.client, self.STATE_NAME)
+
+    def job_result(self, job: ClientJob) -> Tensor | None:
+        """The entry the job put, or ``None`` if it put none (a diverged job keeps the previous one)."""
+        value = self.store.get(job.client, self.STATE_NAME)
+        return None if value is self._loaded else value
+
+    def commit_job_result(self, job: ClientJob, result: Tensor | None) -> None:
+        if result is not None:
+            self.store.put(job.client, self.STATE_NAME, result)
 
 
 def _workspace(module: L.LightningModule) -> ModelWorkspace:
@@ -91,8 +115,8 @@ class ModelContrastive(_StatefulClientCallback):
 
     Example:
         >>> cb = ModelContrastive(mu=1.0, tau=0.5)
-        >>> cb.mu, cb.tau, cb.uses_client_state, cb.runs_on_workers
-        (1.0, 0.5, True, False)
+        >>> cb.mu, cb.tau, cb.uses_client_state, cb.carries_state
+        (1.0, 0.5, True, True)
     """
 
     #: Name of the previous local model in the client state store.

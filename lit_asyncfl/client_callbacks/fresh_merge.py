@@ -138,18 +138,38 @@ class FreshModelMerge(ClientCallback):
 
     def on_train_end(self, trainer: FastEngine, job: ClientJob, update: ClientUpdate) -> None:
         """Learn from the job's merge — in the same computation as the merge, so no other job sees the difference
-        — only now that the job finished, and only from finite values."""
+        — only now that the job finished, and only from finite values (on a worker's copy: kept for
+        :meth:`job_result`, and learned where the job is consumed)."""
         learned = self._learned.pop(job.job_id, None)
-        if learned is None:  # no newer model at the request: nothing to learn from
+        if learned is not None and not all(math.isfinite(v) for v in (*learned[0], learned[1])):
+            learned = None  # a diverged job (NaN/inf loss) teaches the controls and the slot policy nothing
+            update.info["fresh_merge_learning"] = "skipped: non-finite"
+        if self._on_worker:
+            self._results[job.job_id] = learned
+        else:
+            self.commit_job_result(job, learned)
+
+    #: A worker's copy (:meth:`load_job_state` was called): what a job learns is handed back, not learned here.
+    _on_worker = False
+    carries_state = True  # gamma_i, upsilon_i travel with the job; the slot policy learns here, from what comes back
+
+    def job_state(self, job: ClientJob) -> tuple[float, float]:
+        r""":math:`(\gamma_i, \upsilon_i)` of the job's client."""
+        return self.controls(job.client)
+
+    def load_job_state(self, job: ClientJob, state: tuple[float, float]) -> None:
+        self._on_worker, self._controls, self._results = True, {job.client: state}, {}
+
+    def job_result(self, job: ClientJob) -> tuple[tuple[float, float], float] | None:
+        """The controls and reward the job's merge learned (``None``: nothing to learn)."""
+        return self._results.pop(job.job_id, None)
+
+    def commit_job_result(self, job: ClientJob, result: tuple[tuple[float, float], float] | None) -> None:
+        if result is None:  # no newer model at the request (or non-finite values): nothing to learn from
             self.selector.forget(job.job_id)
             return
-        controls, reward = learned
-        if all(math.isfinite(v) for v in (*controls, reward)):
-            self._controls[job.client] = controls
-            self.selector.reward(job.job_id, reward)
-        else:  # a diverged job (NaN/inf loss) teaches the controls and the slot policy nothing
-            self.selector.forget(job.job_id)
-            update.info["fresh_merge_learning"] = "skipped: non-finite"
+        self._controls[job.client], reward = result
+        self.selector.reward(job.job_id, reward)
 
     def on_job_dropped(self, job: ClientJob, reason: str) -> None:
         self._learned.pop(job.job_id, None)

@@ -45,6 +45,9 @@ class LocalGaussianNoise(ClientCallback):
         {}
     """
 
+    carries_state = True  # the accountant's upload counts: a job carries its client's
+    client_state_attributes = ("uploads",)
+
     def __init__(self, clip_norm: float, noise_multiplier: float, delta: float = 1e-5) -> None:
         check_number("clip_norm", clip_norm, 0, open_min=True)
         check_number("noise_multiplier", noise_multiplier, 0)

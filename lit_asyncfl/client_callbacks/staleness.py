@@ -2,9 +2,11 @@ r"""Client callbacks that adapt a client's job to its own history: ASO-Fed's del
 correction, FedSA's participation-scaled learning rate.
 
 Each keeps per-client state across jobs (in the callback, checkpointed through :meth:`state_dict`), learned in
-``on_train_end`` only (a job that raises leaves no trace). They keep ``runs_on_workers = False``: under a
-:class:`~lit_asyncfl.executors.RayExecutor` their jobs are trained in the simulation's process at their
-events, as the sequential executor does; the cohort engine refuses them at fit start (use ``engine="fast"``).
+``on_train_end`` only (a job that raises leaves no trace). They declare
+:attr:`~lit_asyncfl.client_callbacks.ClientCallback.carries_state`: under a
+:class:`~lit_asyncfl.executors.RayExecutor` a job carries its client's state to the worker and brings what it
+learned back, committed when its update is consumed; the cohort engine refuses them at fit start (use
+``engine="fast"``).
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ class DelayAdaptiveStepSize(ClientCallback):
         (2.995732273553991, 20.0)
     """
 
-    runs_on_workers = False  # the mean delay is learned across the client's jobs
+    carries_state = True  # the mean delay is learned across the client's jobs: a job carries its client's
+    client_state_attributes = ("last_version", "mean_delay", "jobs")
 
     def __init__(self, log_base: float = math.e) -> None:
         check_number("log_base", log_base, 1, open_min=True)
@@ -119,7 +122,8 @@ class DecayedCorrection(ClientCallback):
         0.5
     """
 
-    runs_on_workers = False  # h_k and the previous pseudo-gradient are kept across the client's jobs
+    carries_state = True  # h_k and the previous pseudo-gradient are kept across the client's jobs
+    client_state_attributes = ("h", "prev_s_grad")
 
     def __init__(self, beta: float = 0.5) -> None:
         check_fraction("beta", beta)
@@ -188,7 +192,7 @@ class ParticipationLearningRate(ClientCallback):
         ('share', 0, 0)
     """
 
-    runs_on_workers = False  # the participation counts are kept across the clients' jobs
+    carries_state = True  # the participation counts are kept across the clients' jobs
 
     def __init__(self, base_lr: float | None = None, frequency: str = "share") -> None:
         check_number("base_lr", base_lr, 0, open_min=True, optional=True)
@@ -233,6 +237,24 @@ class ParticipationLearningRate(ClientCallback):
 
     def on_job_dropped(self, job: ClientJob, reason: str) -> None:
         self.dispatched.pop(job.job_id, None)
+
+    def job_state(self, job: ClientJob) -> tuple[int, int | None, tuple[int, int] | None]:
+        """:math:`N`, :math:`c_i` and the job's counts at dispatch (``"share"``)."""
+        return self.num_clients, self.participations.get(job.client), self.dispatched.get(job.job_id)
+
+    def load_job_state(self, job: ClientJob, state: tuple[int, int | None, tuple[int, int] | None]) -> None:
+        self.num_clients, count, dispatched = state
+        self.participations = {} if count is None else {job.client: count}
+        self.dispatched = {} if dispatched is None else {job.job_id: dispatched}
+        self.total = 0  # (not read by a job: "share" reads its counts at dispatch)
+
+    def job_result(self, job: ClientJob) -> int:
+        return self.participations[job.client]
+
+    def commit_job_result(self, job: ClientJob, result: int) -> None:
+        self.dispatched.pop(job.job_id, None)
+        self.total += result - self.participations.get(job.client, 0)
+        self.participations[job.client] = result
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import lightning as L
 import torch
 from torch import Tensor
@@ -9,7 +11,7 @@ from torch import Tensor
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.engines.base import LocalEngine, parse_optimizers
 
-__all__ = ["FastEngine", "LocalTrainer", "parse_optimizers"]
+__all__ = ["FastEngine", "LocalTrainer", "first_part", "next_part", "parse_optimizers"]
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.core.workspace import _no_log
 from lit_asyncfl.data.shards import steps_per_epoch
@@ -45,10 +47,19 @@ class FastEngine(LocalEngine):
         ``fresh`` is the server's answer to the job's request (weights and version of the global model current at
         the request), handed to the callbacks' ``on_fresh_model`` after ``job.request_step`` steps.
         """
+        parts = self.train_parts(job, start_weights, fresh is not None)
         with OneDNN(self.onednn):
-            return self._train(job, start_weights, fresh)
+            update = first_part(parts)
+            return next_part(parts, fresh) if update is None else update
 
-    def _train(self, job: ClientJob, start_weights: Tensor, fresh: tuple[Tensor, int] | None) -> ClientUpdate:
+    def train_parts(
+        self, job: ClientJob, start_weights: Tensor, request: bool = True
+    ) -> Generator[None, tuple[Tensor, int] | None, ClientUpdate]:
+        """The job as a generator: with ``request``, it stops after ``job.request_step`` steps (the job's request
+        to the server) and is resumed with the server's answer (``send``: the fresh weights and version, or
+        ``None`` when the server had nothing newer), which the callbacks' ``on_fresh_model`` get; it returns the
+        update. A Ray worker trains the part before the request ahead of the request's event (see
+        :func:`first_part`, :func:`next_part`); run each part inside ``OneDNN(self.onednn)``."""
         module = self.module
         generator = self.start_job(job, start_weights)
         per_epoch = steps_per_epoch(self.shards.num_samples(job.client), self.batch_size, self.shards.drop_last)
@@ -56,7 +67,7 @@ class FastEngine(LocalEngine):
         self.job_log = JobLog()
         module.log, module.log_dict = self.job_log.log, self.job_log.log_dict  # type: ignore[method-assign]
         try:
-            return self._run(job, start_weights, fresh, generator, stand_in)
+            return (yield from self._run(job, start_weights, request, generator, stand_in))
         finally:
             module._trainer = None
             module.log = module.log_dict = _no_log  # type: ignore[method-assign,assignment]
@@ -65,10 +76,10 @@ class FastEngine(LocalEngine):
         self,
         job: ClientJob,
         start_weights: Tensor,
-        fresh: tuple[Tensor, int] | None,
+        request: bool,
         generator: torch.Generator,
         stand_in: JobTrainer,
-    ) -> ClientUpdate:
+    ) -> Generator[None, tuple[Tensor, int] | None, ClientUpdate]:
         module = self.module
         optimizer, schedulers = parse_optimizers(module.configure_optimizers())
         self.optimizer = optimizer
@@ -78,7 +89,7 @@ class FastEngine(LocalEngine):
         loss_terms = [cb for cb in self.callbacks if type(cb).loss_term is not ClientCallback.loss_term]
         loss_sum = torch.zeros((), device=self.device)
         steps = 0
-        interact_at = job.request_step if fresh is not None else None
+        interact_at = job.request_step if request else None
         last_batch = None
         limit = job.local_steps  # the job's own number of steps (None: whole epochs)
         for epoch in range(job.local_epochs):
@@ -89,7 +100,9 @@ class FastEngine(LocalEngine):
                     cut = True
                     break
                 if steps == interact_at:
-                    self.fresh_model(job, fresh, last_batch)
+                    fresh = yield
+                    if fresh is not None:
+                        self.fresh_model(job, fresh, last_batch)
                     interact_at = None
                 self.job_log.batch = batch
                 out = module.training_step(batch, batch_idx)
@@ -116,8 +129,31 @@ class FastEngine(LocalEngine):
                     sched.step()
             self.job_log.epoch_end()
         if interact_at is not None:  # the request comes after the last step
-            self.fresh_model(job, fresh, last_batch)
+            fresh = yield
+            if fresh is not None:
+                self.fresh_model(job, fresh, last_batch)
         return self.finish_job(job, start_weights, steps, loss_sum)
+
+
+def first_part(parts: Generator[None, tuple[Tensor, int] | None, ClientUpdate]) -> ClientUpdate | None:
+    """Run a job of :meth:`FastEngine.train_parts` up to its request (``None``: it waits for :func:`next_part`),
+    or whole when it makes none (its update)."""
+    try:
+        next(parts)
+    except StopIteration as done:
+        return done.value
+    return None
+
+
+def next_part(
+    parts: Generator[None, tuple[Tensor, int] | None, ClientUpdate], fresh: tuple[Tensor, int] | None
+) -> ClientUpdate:
+    """Resume a job stopped at its request with the server's answer and run it to its end: its update."""
+    try:
+        parts.send(fresh)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("a job asked the server twice")  # pragma: no cover
 
 
 #: The former name of :class:`FastEngine` (an alias, kept so that existing imports work).

@@ -20,14 +20,18 @@ import torch
 from torch import Tensor
 
 from lit_asyncfl.checks import check, check_bool, check_int, check_number, check_str
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generators_kept
-from lit_asyncfl.executors.ray.placement import _Failed, _Placement, _Shipped
+from lit_asyncfl.executors.ray.placement import _due, _Failed, _Placement, _Shipped
 from lit_asyncfl.executors.ray.worker import (
     _IDLE,
+    JobRunner,
     _import_ray,
     _torch_settings,
     _Worker,
+    carried,
+    detached,
 )
 
 log = logging.getLogger("lit_asyncfl")
@@ -67,11 +71,17 @@ class RayExecutor(_Placement):
     object store once and every job starting from it refers to it. Each worker builds the engine once: the module
     copy and the clients' data stay resident on it.
 
-    What stays in the simulation's process: jobs that talk to the server mid-training (FedASMU's fresh-model
-    request: the job is computed at its request event, where the fresh model exists, exactly as sequentially), and
-    jobs of runs whose client callbacks keep state across jobs (a callback declares
-    :attr:`~lit_asyncfl.client_callbacks.ClientCallback.runs_on_workers`); such jobs are counted in
-    :attr:`stats` under ``jobs_local``.
+    Client callbacks with state across jobs declare
+    :attr:`~lit_asyncfl.client_callbacks.ClientCallback.carries_state` (MOON, FedDyn, ASO-Fed, FedSA, FedASMU, local
+    DP): a job carries its client's part of the state to the worker (read when it is shipped; a later job of the
+    same client is never shipped before it is consumed) and brings what it learned back, committed when its update
+    is consumed, where the sequential executor learns it; the client state store stays here, its single owner. A job
+    that asks the server mid-training (FedASMU's fresh-model request) trains in two parts with the ``fast`` engine:
+    up to its request as soon as it is shipped, parked on its worker with an engine of its own, then the rest, with
+    the server's answer, when the simulation reaches the request event. What stays in the simulation's process
+    (computed at its event, counted in :attr:`stats` as ``jobs_local``, named by a warning at the start): every job
+    of a run with a callback that declares neither ``runs_on_workers`` nor ``carries_state``, and jobs with a
+    request under the ``lightning`` engine (trained whole at the request event).
 
     Determinism: on CPU with the ``fast`` or ``lightning`` engine the final weights equal the sequential executor's
     bit for bit (same per-job seeds, same thread count, tested for every preset). With ``engine="cohort"`` the
@@ -157,7 +167,8 @@ class RayExecutor(_Placement):
         #: in this process), ``jobs_trained_locally`` (shipped jobs this process trained, ``train_locally``),
         #: ``jobs_recomputed``, ``worker_restarts``, ``max_results_waiting``, ``worker_seconds`` (the workers' time
         #: spent training, summed; divided by wall time and workers it is their utilisation) and ``local_seconds``
-        #: (this process's, ``train_locally``), reported in the run summary.
+        #: (this process's, ``train_locally``) and ``wait_seconds`` (this process's time waiting for a worker's
+        #: result), reported in the run summary.
         self.stats: dict[str, float] = {}
         self._ray: Any = None
         self._workers: list[Any] = []
@@ -211,19 +222,35 @@ class RayExecutor(_Placement):
         # it is at the start (hooks may change the global model later) and with the run's own client callbacks
         # (FedASMU's slot policy learns from the jobs that stay here)
         self._local = make_trainer(self._device)
-        local = [type(cb).__name__ for cb in callbacks if not getattr(cb, "runs_on_workers", False)]
+        local = [
+            type(cb).__name__
+            for cb in callbacks
+            if not getattr(cb, "runs_on_workers", False) and not getattr(cb, "carries_state", False)
+        ]
         self._ship_all = not local
+        self._carried = carried(callbacks)  # (the run's own: they commit what the jobs bring back)
+        self._parts = hasattr(self._local, "train_parts")  # jobs with a request go in two parts (the fast engine)
+        requests = [type(cb).__name__ for cb in callbacks if type(cb).request_step is not ClientCallback.request_step]
+        stay = []
         if local:
+            stay.append(f"every job: the client callback(s) {', '.join(local)} keep state across jobs and declare "
+                        "neither runs_on_workers nor carries_state")  # fmt: skip
+        elif requests and not self._parts:
+            stay.append(f"the jobs of {', '.join(requests)} that ask the server mid-training: with "
+                        f"{type(self._local).__name__} they train whole at their request (engine='fast' splits "
+                        "them)")  # fmt: skip
+        if stay:
             log.warning(
-                "lit_asyncfl: executor='ray' trains this run's jobs in the simulation's process: the client "
-                "callback(s) %s keep state across jobs (they do not declare runs_on_workers)",
-                ", ".join(local),
+                "lit_asyncfl: executor='ray' trains %s in the simulation's process%s",
+                stay[0],
+                f", on {torch.device(device)}, not on the GPU workers" if worker_device == "cuda" else "",
             )
         n = self.num_workers or self._default_workers(ray)
         self._worker_device = worker_device
         self._threads = self.num_threads or num_threads
         self._window = self.max_ahead or 4 * (n + self.train_locally)
-        self._trainer_ref = ray.put(make_trainer)  # the module and every client's data, shipped once
+        with detached(callbacks):  # the client state store stays here: jobs carry their entries
+            self._trainer_ref = ray.put(make_trainer)  # the module and every client's data, shipped once
         self._settings = _torch_settings()  # what the workers train with (and this process, train_locally)
         self._actor = ray.remote(num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker)(_Worker)
         session = (ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id())
@@ -243,11 +270,21 @@ class RayExecutor(_Placement):
         self._busy = [0] * n  # tasks placed on each worker and not received
         self._order = itertools.count()
         self._trained_here: set[int] = set()  # jobs this process trained (train_locally), until consumed
+        self._parked: dict[int, tuple[int, Any]] = {}  # job id -> (worker index or -1: here, actor): first part done
+        self._stay: set[int] = set()  # jobs computed here, at their events
+        self._here = None
+        if self.train_locally:  # shipped jobs trained here: with copies of the callbacks, from the module as it is now
+            threads = torch.get_num_threads()
+            torch.set_num_threads(self._threads)
+            try:
+                self._here = JobRunner(make_trainer(self._device))
+            finally:
+                torch.set_num_threads(threads)
         self.stats = dict.fromkeys(
             ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
              "max_results_waiting"), 0,
         )  # fmt: skip
-        self.stats["worker_seconds"] = self.stats["local_seconds"] = 0.0
+        self.stats["worker_seconds"] = self.stats["local_seconds"] = self.stats["wait_seconds"] = 0.0
         return self
 
     def _default_workers(self, ray: Any) -> int:
@@ -282,6 +319,7 @@ class RayExecutor(_Placement):
         self._shipped, self._done, self._queue, self._versions, self._trained_here = {}, {}, [], {}, set()
         self._waiting, self._running = [], {}
         self._pending, self._trainer_ref = {}, None  # nothing of the run stays alive
+        self._parked, self._stay, self._here = {}, set(), None
         if self._workers and self.reuse_workers:
             for worker in self._workers:
                 worker.unload.remote()
@@ -303,10 +341,13 @@ class RayExecutor(_Placement):
     # -- the executor interface -------------------------------------------------------------------------------------
     def submit(self, job: ClientJob, start_weights: Tensor) -> None:
         """Register a dispatched job and ship it to a worker when the look-ahead window has room."""
+        remote = self._remote(job)
         self._pending[job.job_id] = (job, start_weights)
-        if self._remote(job):
-            heapq.heappush(self._queue, (job.arrival_time, job.job_id))
+        if remote:
+            heapq.heappush(self._queue, (_due(job), job.job_id))
             self._fill()
+        else:
+            self._stay.add(job.job_id)
 
     def cancel(self, job_id: int) -> None:
         """Forget a job whose update will never be consumed (a shipped job's result is discarded; a task already on
@@ -315,6 +356,12 @@ class RayExecutor(_Placement):
         shipped = self._shipped.pop(job_id, None)
         self._done.pop(job_id, None)
         self._trained_here.discard(job_id)
+        self._stay.discard(job_id)
+        worker, actor = self._parked.pop(job_id, (None, None))
+        if worker is not None and worker < 0:
+            self._here.discard(job_id)
+        elif actor is not None:
+            actor.discard.remote(job_id)
         if shipped is None and entry is not None:
             self._queue = [(t, k) for t, k in self._queue if k != job_id]
             heapq.heapify(self._queue)
@@ -323,16 +370,17 @@ class RayExecutor(_Placement):
     def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
         """The job's update: from its worker, or computed here for jobs that stay in this process."""
         job, start = self._pending[job_id]
+        if job_id in self._stay:
+            trainer = self._local_trainer()
+            with generators_kept(trainer.device):
+                update = trainer.train(job, start, fresh)
+            del self._pending[job_id]
+            self._stay.discard(job_id)
+            self.stats["jobs_local"] += 1
+            return update
         if job_id not in self._shipped:
-            if not self._remote(job):
-                trainer = self._local_trainer()
-                with generators_kept(trainer.device):
-                    update = trainer.train(job, start, fresh)
-                del self._pending[job_id]
-                self.stats["jobs_local"] += 1
-                return update
             self._ship([job_id], place=not self.train_locally)  # needed now: shipped even when the window is full
-        value = self._collect(job_id)
+        value = self._answer(job_id, fresh) if job.request_step is not None else self._collect(job_id)
         if isinstance(value, _Failed):  # the job stays pending, as sequentially (asked again, it is shipped again)
             self._fill()
             raise value.error
@@ -341,7 +389,9 @@ class RayExecutor(_Placement):
         here = job_id in self._trained_here
         self._trained_here.discard(job_id)
         self.stats["jobs_trained_locally" if here else "jobs_remote"] += 1
-        update = value
+        update, results = value
+        for cb, result in zip(self._carried, results):  # what the job learned, committed now, as sequentially
+            cb.commit_job_result(job, result)
         update.job = job  # the simulation's own job object
         update.base_weights = start
         update.weights = update.weights.to(start.device)

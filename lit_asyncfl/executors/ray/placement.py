@@ -5,6 +5,7 @@ consumed. Which jobs form a task depends only on the order of submits and result
 from __future__ import annotations
 
 import heapq
+import math
 import time
 import weakref
 from dataclasses import dataclass
@@ -39,6 +40,9 @@ class _Shipped:
     ref: Any = None
     worker: int = -1
     actor: Any = None
+    states: list[Any] | None = None  # what the carried callbacks' state a (single) job reads, taken when shipped
+    part: int = 0  # 0: the whole job; 1: up to its request (then parked); 2: the rest, resumed with ``fresh``
+    fresh: tuple[Tensor, int] | None = None  # the server's answer to the job's request (parts 0 and 2)
 
 
 @dataclass
@@ -76,9 +80,20 @@ class _Placement:
     _order: Any
     _trained_here: set[int]
 
+    _carried: list[Any]
+    _parts: bool
+    _here: Any
+    _parked: dict[int, tuple[int, Any]]
+
     def _remote(self, job: ClientJob) -> bool:
-        """Whether a job is computed on a worker (else here, at its event)."""
-        return self._ship_all and job.request_step is None
+        """Whether a job is computed on a worker (else here, at its event): every callback runs on workers or
+        carries its state, a job with a request can be split there (``fast`` engine), and a job carrying state
+        has no earlier job of its client in flight (whose result it would read)."""
+        if not self._ship_all or (job.request_step is not None and not self._parts):
+            return False
+        if self._carried:
+            return not any(j.client == job.client and k != job.job_id for k, (j, _) in self._pending.items())
+        return True
 
     def _local_trainer(self) -> Any:
         """The engine of the jobs trained in this process (built at the run's start, see :meth:`start`)."""
@@ -115,7 +130,10 @@ class _Placement:
             heapq.heapify(self._queue)
         jobs = [self._pending[k][0] for k in job_ids]
         starts = [self._pending[k][1] for k in job_ids]
-        shipped = _Shipped(list(job_ids), min(job.arrival_time for job in jobs), failures, jobs, starts)
+        shipped = _Shipped(list(job_ids), min(map(_due, jobs)), failures, jobs, starts)
+        if not self._cohort:
+            shipped.states = [cb.job_state(jobs[0]) for cb in self._carried] if self._carried else None
+            shipped.part = 1 if jobs[0].request_step is not None else 0
         for k in job_ids:
             self._shipped[k] = shipped
         heapq.heappush(self._waiting, (shipped.key, next(self._order), shipped))
@@ -138,8 +156,10 @@ class _Placement:
             actor = self._workers[worker]
             if self._cohort:
                 shipped.ref = actor.train_many.remote(jobs, *starts)
+            elif shipped.part == 1:
+                shipped.ref = actor.first_part.remote(jobs[0], starts[0], shipped.states)
             else:
-                shipped.ref = actor.train.remote(jobs[0], starts[0])
+                shipped.ref = actor.train.remote(jobs[0], starts[0], shipped.states, _wired(shipped.fresh))
             shipped.worker, shipped.actor = worker, actor
             self._running[shipped.ref] = shipped
             self._busy[worker] += 1
@@ -157,11 +177,11 @@ class _Placement:
             weakref.finalize(start, self._versions.pop, key, None)
         return self._versions[key]
 
-    def _collect(self, job_id: int) -> ClientUpdate | _Failed:
-        """Wait for a shipped job's result, receiving every other task that finishes meanwhile (its worker gets
-        the next waiting task at once)."""
+    def _collect(self, job_id: int, parked: bool = False) -> Any:
+        """Wait for a shipped job's result (``parked``: or for its first part to be parked), receiving every other
+        task that finishes meanwhile (its worker gets the next waiting task at once)."""
         ray = self._ray
-        while job_id not in self._done:
+        while job_id not in self._done and not (parked and job_id in self._parked):
             shipped = self._shipped[job_id]
             if self.train_locally and shipped.ref is None:  # no worker has the job due next: it trains here, now
                 self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
@@ -169,14 +189,18 @@ class _Placement:
                 self._train_here(shipped)
                 continue
             self._place()
+            began = time.perf_counter()
             finished, _ = ray.wait(list(self._running), num_returns=1, timeout=0 if self.train_locally else None)
             if not finished and self._waiting:  # (train_locally) the workers are busy: the earliest waiting task
                 self._train_here(heapq.heappop(self._waiting)[2])
                 continue
             if not finished:
                 finished, _ = ray.wait(list(self._running), num_returns=1)
+            self.stats["wait_seconds"] += time.perf_counter() - began
             for ref in finished:
                 self._receive(self._running.pop(ref))
+        if job_id not in self._done:
+            return None
         del self._shipped[job_id]
         return self._done.pop(job_id)
 
@@ -193,13 +217,19 @@ class _Placement:
         threads, settings, began = torch.get_num_threads(), _torch_settings(), time.perf_counter()
         torch.set_num_threads(self._threads)
         _apply_torch_settings(self._settings)
+        runner = self._here
         try:
             with generators_kept(self._device):
-                trainer = self._local_trainer()
                 if self._cohort:
-                    updates = trainer.train_many(jobs, starts)
+                    done = [(u, []) for u in runner.train_many(jobs, starts)]
+                elif shipped.part == 1:
+                    runner.first_part(jobs[0], starts[0], shipped.states)
+                    self._parked[shipped.batch[0]] = (-1, None)
+                    return
+                elif shipped.part == 2:
+                    done = [runner.next_part(jobs[0], shipped.fresh)]
                 else:
-                    updates = [trainer.train(jobs[0], starts[0], None)]
+                    done = [runner.train(jobs[0], starts[0], shipped.states, shipped.fresh)]
         except Exception as error:
             self._done.update((k, _Failed(error)) for k in live)
             return
@@ -207,9 +237,9 @@ class _Placement:
             torch.set_num_threads(threads)
             _apply_torch_settings(settings)
             self.stats["local_seconds"] += time.perf_counter() - began
-        for k, update in zip(shipped.batch, updates):
+        for k, result in zip(shipped.batch, done):
             if k in live:
-                self._done[k] = update
+                self._done[k] = result
                 self._trained_here.add(k)
 
     def _receive(self, shipped: _Shipped) -> None:
@@ -222,6 +252,8 @@ class _Placement:
         try:
             value, seconds = ray.get(shipped.ref)
         except ray.exceptions.RayTaskError as error:  # the job itself raised: raised when it is consumed
+            if shipped.part == 1 and not live:  # (its engine went back to the worker's spares)
+                return
             cause = error.cause if isinstance(getattr(error, "cause", None), Exception) else error
             self._done.update((k, _Failed(cause)) for k in live)
             return
@@ -236,15 +268,65 @@ class _Placement:
                 return
             self.stats["jobs_recomputed"] += len(live)
             again = _Shipped(shipped.batch, shipped.key, shipped.failures + 1, jobs, starts)  # same task, same results
+            again.states, again.part, again.fresh = shipped.states, min(shipped.part, 1), shipped.fresh
+            if shipped.part == 2:  # the part before the request went with the worker: the whole job, with the answer
+                again.part = 0
             for k in live:
                 self._shipped[k] = again
             heapq.heappush(self._waiting, (again.key, next(self._order), again))
             return
         self.stats["worker_seconds"] += seconds
-        for k, (update, weights) in zip(shipped.batch, value if isinstance(value, list) else [value]):
+        if shipped.part == 1:  # parked on the worker until the simulation reaches its request
+            if live:
+                self._parked[live[0]] = (shipped.worker, shipped.actor)
+            else:
+                shipped.actor.discard.remote(shipped.batch[0])
+            return
+        for k, (update, weights, results) in zip(shipped.batch, value if isinstance(value, list) else [value]):
             if self._shipped.get(k) is shipped:  # (a cohort's other jobs wait here, ready)
                 update.weights = weights.tensor()
-                self._done[k] = update
+                self._done[k] = (update, results)
 
     def _replace_worker(self, index: int, actor: Any) -> None:  # (RayExecutor's: it starts workers)
         raise NotImplementedError
+
+    def _answer(self, job_id: int, fresh: tuple[Tensor, int] | None) -> Any:
+        """The result of a job with a request, at its request event: its part before the request is parked on a
+        worker (or here), or running (waited for), or not on a worker yet (then the whole job is shipped, with the
+        answer); the rest is trained where the job is parked."""
+        shipped = self._shipped[job_id]
+        if fresh is not None:  # (the server's weights change in place after this event; a recomputation needs them)
+            fresh = (fresh[0].clone(), fresh[1])
+        if shipped.ref is None and job_id not in self._parked and shipped.part == 1:  # not placed yet
+            self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
+            heapq.heapify(self._waiting)
+            shipped.part, shipped.fresh = 0, fresh
+            heapq.heappush(self._waiting, (-math.inf, next(self._order), shipped))  # needed now: first
+            return self._collect(job_id)
+        failed = self._collect(job_id, parked=True)
+        if failed is not None:  # the part before the request raised
+            return failed
+        worker, actor = self._parked.pop(job_id)
+        job, start = self._pending[job_id]
+        rest = _Shipped([job_id], -math.inf, 0, [job], [start], states=shipped.states, part=2, fresh=fresh)
+        self._shipped[job_id] = rest
+        if worker < 0:  # parked here
+            self._train_here(rest)
+        elif self._workers[worker] is not actor:  # its worker died meanwhile: the whole job again
+            rest.part = 0
+            heapq.heappush(self._waiting, (rest.key, next(self._order), rest))
+        else:
+            rest.ref = actor.next_part.remote(job, _wired(fresh))
+            rest.worker, rest.actor = worker, actor
+            self._running[rest.ref] = rest
+            self._busy[worker] += 1
+        return self._collect(job_id)
+
+
+def _due(job: ClientJob) -> float:
+    """When a job's result is needed: at its request (a job with one), else at its arrival."""
+    return job.arrival_time if job.request_step is None else job.request_time
+
+
+def _wired(fresh: tuple[Tensor, int] | None) -> tuple[_Wire, int] | None:
+    return None if fresh is None else (_Wire.of(fresh[0]), fresh[1])
