@@ -45,7 +45,7 @@ def local_ray():
     """Ray on this machine with two CPUs; the tests' module is importable on the workers."""
     if ray.is_initialized():  # pragma: no cover (another module's Ray)
         ray.shutdown()
-    here = os.path.dirname(__file__)
+    here = os.path.dirname(os.path.dirname(__file__))  # tests/: this module is executors.test_ray_presets
     path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     ray.init(
         address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
