@@ -212,15 +212,99 @@ class CohortTrainer(LocalEngine):
         for metric in self.metrics:  # one state per job cannot be batched: refused at the first update
             metric.update = metric.forward = _refuse_metric  # type: ignore[method-assign]
         self._step = vmap(grad_and_value(self._loss, has_aux=True), in_dims=(0, 0, None), randomness="different")
+        self._padded_step = vmap(
+            grad_and_value(self._padded_loss, has_aux=True), in_dims=(0, 0, 0, None), randomness="different"
+        )
         self.compiled = compile
         if compile:
             self._step = torch.compile(self._step, dynamic=True)
+            self._padded_step = torch.compile(self._padded_step, dynamic=True)
+        #: Why batches are not padded (jobs are then grouped by batch shape), or ``None``: padded.
+        self.no_padding_because = self.padding_refusal()
         #: Groups of fewer jobs step one job at a time without ``vmap`` (see :data:`MIN_BATCHED`); a compiled step
         #: batches every group, as before (its cost per call was not measured against plain steps).
         self.min_batched = 1 if compile else MIN_BATCHED
 
     def _loss(self, params: dict[str, Tensor], batch: Any, batch_idx: int) -> tuple[Tensor, Any]:
         return functional_call(self._step_module, params, (batch, batch_idx), strict=False)
+
+    def _sample_loss(self, params: dict[str, Tensor], sample: Any, batch_idx: int) -> tuple[Tensor, Any]:
+        """``training_step`` on one sample (every leaf given its batch dimension back): that sample's loss."""
+        batch = pytree.tree_map(lambda leaf: leaf.unsqueeze(0), sample)
+        return functional_call(self._step_module, params, (batch, batch_idx), strict=False)
+
+    def _padded_loss(
+        self, params: dict[str, Tensor], batch: Any, weights: Tensor, batch_idx: int
+    ) -> tuple[Tensor, Any]:
+        """A job's loss on its padded batch: ``sum_i weights[i] * loss_i`` over per-sample losses (``1/n`` for its
+        ``n`` real samples, 0 for padding), i.e. the mean over its real samples that ``training_step`` computes on
+        the unpadded batch (checked at construction, see :meth:`padding_refusal`); what it logs, weighted alike."""
+        losses, logged = vmap(self._sample_loss, in_dims=(None, 0, None), randomness="different")(
+            params, batch, batch_idx
+        )
+        return (losses * weights).sum(), {name: (value * weights).sum() for name, value in logged.items()}
+
+    def padding_refusal(self) -> str | None:
+        """Why a batch padded with zero-weight samples would not give this module's exact loss, or ``None``.
+
+        Padding is exact when ``training_step``'s loss (and what it logs) is the mean over the batch of per-sample
+        terms, as for the usual mean-reduced losses (``F.cross_entropy``, ``F.mse_loss``, ...). Checked once, on
+        the largest client's first batch at the start weights: the loss, its gradient and the logged values on
+        that batch must equal the mean of ``training_step`` on each of its samples alone, and on a batch padded
+        with one zero-weight sample they must equal the unpadded batch's (a sum-reduced loss, a loss that couples
+        the samples of a batch, random operations or an exception make the check fail). When it fails the engine
+        groups jobs by batch shape instead (exact, slower).
+        """
+        sizes = [self.shards.num_samples(c) for c in range(self.shards.num_clients)]
+        if not sizes or max(sizes) < 2 or self.batch_size < 2:
+            return None  # every batch holds one sample: nothing is ever padded
+        client = max(range(len(sizes)), key=sizes.__getitem__)
+        try:
+            with generators_kept(self.device), OneDNN(self.onednn):
+                batch = next(iter(self.shards.batches(client, self.batch_size, torch.Generator().manual_seed(0))))
+                leaves = pytree.tree_leaves(batch)
+                if not leaves or not all(isinstance(leaf, Tensor) and leaf.dim() > 0 for leaf in leaves):
+                    return "the batch is not made of tensors with a batch dimension"
+                n = leaves[0].shape[0]
+                if n < 2 or any(leaf.shape[0] != n for leaf in leaves):
+                    return "the batch's tensors differ in their first (batch) dimension"
+                return self._probe_padding(batch, n)
+        except Exception as error:  # whatever training_step raises on single samples under vmap: no padding
+            return f"training_step raised {type(error).__name__} on single samples: {error}"
+
+    def _probe_padding(self, batch: Any, n: int) -> str | None:
+        params = {name: p.detach() for name, p in zip(self._names, self.flat.params)}
+        shorter = pytree.tree_map(lambda leaf: leaf[: n - 1], batch)
+        padded = pytree.tree_map(lambda leaf: torch.cat([leaf[: n - 1], leaf[:1]]), batch)
+        full = torch.full((n,), 1.0 / n, dtype=self.flat.params[0].dtype, device=self.device)
+        pad = torch.cat([torch.full((n - 1,), 1.0 / (n - 1), dtype=full.dtype, device=self.device), full[:1] * 0])
+        self.module._trainer = CohortJobTrainer()
+        before = self.module.log, self.module.log_dict
+        collector = self._step_module.log
+        self.module.log, self.module.log_dict = collector.log, collector.log_dict  # type: ignore[method-assign]
+        try:
+            with torch.enable_grad():
+                cases = []
+                for reference, (b, w) in ((batch, (batch, full)), (shorter, (padded, pad))):
+                    want_g, (want, want_log) = grad_and_value(self._loss, has_aux=True)(params, reference, 0)
+                    got_g, (got, got_log) = grad_and_value(self._padded_loss, has_aux=True)(params, b, w, 0)
+                    cases.append(
+                        ([want, *want_g.values(), *want_log.values()], [got, *got_g.values(), *got_log.values()])
+                    )
+        finally:
+            self.module._trainer = None
+            self.module.log, self.module.log_dict = before  # type: ignore[method-assign]
+        for want_all, got_all in cases:
+            if len(want_all) != len(got_all):
+                return "training_step logs other values on single samples"
+            for want, got in zip(want_all, got_all):
+                scale = float(want.detach().abs().max()) if want.numel() else 0.0
+                if want.shape != got.shape or not torch.allclose(got, want, rtol=1e-3, atol=1e-5 * max(scale, 1e-3)):
+                    return (
+                        "training_step's loss, gradient or logged values are not the mean of its per-sample values "
+                        "(e.g. a sum-reduced loss, a loss coupling a batch's samples, or random operations)"
+                    )
+        return None
 
     def _params(self, weights: Tensor) -> dict[str, Tensor]:
         views, offset, rows = {}, 0, weights.shape[0]
@@ -256,6 +340,10 @@ class CohortTrainer(LocalEngine):
                     for i, b in enumerate(self.shards.batches(job.client, self.batch_size, generator))
                 ][: job.local_steps]  # a job's own number of steps (FedCompass) cuts its last epoch
             )
+        # Rows in order of decreasing number of steps: the jobs still training at any step are the first rows, so a
+        # step works on views of the stacked tensors and a job that has finished sits out (no update, no decay).
+        order = sorted(range(len(jobs)), key=lambda j: -len(plans[j]))
+        jobs, starts, plans = [jobs[j] for j in order], [starts[j] for j in order], [plans[j] for j in order]
         weights = torch.stack([s.to(self.device) for s in starts])
         prox = [cb.mu for cb in self.callbacks if isinstance(cb, ProximalTerm) and cb.mu != 0]
         anchors = weights.clone() if prox else weights
@@ -265,14 +353,18 @@ class CohortTrainer(LocalEngine):
         before = self.module.log, self.module.log_dict
         collector = self._step_module.log
         self.module.log, self.module.log_dict = collector.log, collector.log_dict  # type: ignore[method-assign]
+        padded = self.no_padding_because is None
         try:
-            for t in range(max(len(p) for p in plans)):
+            for t in range(len(plans[0])):
                 groups: dict[tuple[Any, ...], list[int]] = {}
                 for j, plan in enumerate(plans):
-                    if t < len(plan):
-                        epoch, idx, batch = plan[t]
-                        shapes = tuple(getattr(leaf, "shape", None) for leaf in pytree.tree_leaves(batch))
-                        groups.setdefault((epoch, jobs[j].local_epochs, idx, shapes), []).append(j)
+                    if t >= len(plan):
+                        break  # rows are ordered by number of steps: every later job has finished too
+                    epoch, idx, batch = plan[t]
+                    shapes = tuple(getattr(leaf, "shape", None) for leaf in pytree.tree_leaves(batch))
+                    if padded:  # one group whatever the batch sizes: smaller batches are padded
+                        shapes = tuple(None if s is None else s[1:] for s in shapes)
+                    groups.setdefault((epoch, jobs[j].local_epochs, idx, shapes), []).append(j)
                 for (epoch, local_epochs, idx, _), members in groups.items():
                     # self.trainer as a Trainer running each of these jobs alone would read it at this step
                     self.module._trainer = stand_in = CohortJobTrainer(local_epochs)
@@ -281,13 +373,36 @@ class CohortTrainer(LocalEngine):
         finally:
             self.module._trainer = None
             self.module.log, self.module.log_dict = before  # type: ignore[method-assign]
-        updates = []
+        updates: list[ClientUpdate] = [None] * len(jobs)  # type: ignore[list-item]
         for j, job in enumerate(jobs):
             info = {"lr": float(lrs[j])}
             update = self.make_update(job, weights[j].clone(), starts[j], len(plans[j]), loss_sums[j], info)
             update.metrics = logs[j].results()[0]
-            updates.append(update)
+            updates[order[j]] = update
         return updates
+
+    def _stack_batches(self, batches: list[Any]) -> tuple[Any, Tensor | None]:
+        """The jobs' batches stacked into one ``[jobs, samples, ...]`` batch, and the per-sample loss weights
+        (``None`` when every batch is full: no padding). A smaller batch is padded with copies of its first sample,
+        of weight 0; a real sample of a batch of ``n`` weighs ``1/n``."""
+        sizes = [pytree.tree_leaves(b)[0].shape[0] for b in batches]
+        most = max(sizes)
+        if min(sizes) == most:
+            return pytree.tree_map(lambda *leaves: torch.stack(leaves), *batches), None
+
+        def pad(*leaves: Tensor) -> Tensor:
+            return torch.stack(
+                [
+                    leaf if len(leaf) == most else torch.cat([leaf, leaf[:1].expand(most - len(leaf), *leaf.shape[1:])])
+                    for leaf in leaves
+                ]
+            )
+
+        dtype = self.flat.params[0].dtype
+        counts = torch.tensor(sizes, device=self.device)
+        positions = torch.arange(most, device=self.device)
+        weights = torch.where(positions < counts[:, None], 1.0 / counts[:, None].to(dtype), 0.0).to(dtype)
+        return pytree.tree_map(pad, *batches), weights
 
     def _penalize(self, g: Tensor, w: Tensor, anchor: Tensor | None, prox: list[float]) -> None:
         """Add to the gradients ``g`` (in place) FedProx's term, as ``ProximalTerm.on_after_backward``
@@ -317,27 +432,34 @@ class CohortTrainer(LocalEngine):
             for j in members:
                 self._step_one(t, idx, j, plans, weights, anchors, prox, lrs, loss_sums, logs)
             return
-        # The common case, every job in the group, works on the stacked tensors in place, without copies.
-        every = len(members) == len(jobs)
-        rows = torch.tensor(members, device=self.device)
-        batch = pytree.tree_map(lambda *leaves: torch.stack(leaves), *(plans[j][t][2] for j in members))
-        w = weights if every else weights.index_select(0, rows)
+        # The common case, the first rows (the jobs still training, all in one group when batches are padded), works
+        # on views of the stacked tensors, updated in place without copies.
+        k = len(members)
+        prefix = members[-1] == k - 1
+        batch, sample_weights = self._stack_batches([plans[j][t][2] for j in members])
+        if prefix:
+            w, anchor, lr, loss_rows = weights[:k], anchors[:k] if prox else None, lrs[:k, None], loss_sums[:k]
+        else:
+            rows = torch.tensor(members, device=self.device)
+            w, lr = weights.index_select(0, rows), lrs.index_select(0, rows)[:, None]
+            anchor = anchors.index_select(0, rows) if prox else None
         with torch.enable_grad():
-            grads, (loss, logged) = self._step(self._params(w), batch, idx)
-        g = torch.cat([grads[name].reshape(len(members), -1) for name in self._names], dim=1)
-        anchor = (anchors if every else anchors.index_select(0, rows)) if prox else None
+            if sample_weights is None:
+                grads, (loss, logged) = self._step(self._params(w), batch, idx)
+            else:
+                grads, (loss, logged) = self._padded_step(self._params(w), batch, sample_weights, idx)
+        g = torch.cat([grads[name].reshape(k, -1) for name in self._names], dim=1)
         self._penalize(g, w, anchor, prox)
-        lr = (lrs if every else lrs.index_select(0, rows))[:, None]
-        if every:
-            weights.addcmul_(lr, g, value=-1)
-            loss_sums.add_(loss.detach())
+        if prefix:
+            w.addcmul_(lr, g, value=-1)
+            loss_rows.add_(loss.detach())
         else:
             weights.index_copy_(0, rows, torch.addcmul(w, lr, g, value=-1))
             loss_sums.index_add_(0, rows, loss.detach())
-        for k, j in enumerate(members):  # each job's JobLog reduces its own values, as under engine='fast'
+        for row, j in enumerate(members):  # each job's JobLog reduces its own values, as under engine='fast'
             logs[j].batch = plans[j][t][2]
             for name, value in logged.items():
-                logs[j].log(name, value[k], **self._step_module.log.kwargs[name])
+                logs[j].log(name, value[row], **self._step_module.log.kwargs[name])
 
     def _step_one(
         self,
