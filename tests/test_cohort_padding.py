@@ -1,0 +1,158 @@
+"""The cohort engine's padded steps: one batched call per local step whatever the clients' shard sizes, with the
+``fast`` engine's results (smaller batches padded with zero-weight samples, finished jobs sitting out)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import global_weights, run
+
+from lit_asyncfl.algorithms import FedAvg
+from lit_asyncfl.client_callbacks import LearningRateDecay, ProximalTerm
+from lit_asyncfl.core.update import ClientJob, JobTiming
+from lit_asyncfl.data import ClientShards, DigitsDataModule
+from lit_asyncfl.engines import CohortTrainer, LocalTrainer
+from lit_asyncfl.models import LeNet5
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def shards():
+    """Dirichlet shards: unequal sizes, so unequal numbers of steps and smaller last batches."""
+    dm = DigitsDataModule(partition="dirichlet", alpha=0.5, batch_size=10)
+    dm.setup("fit")
+    return dm.client_shards(12, seed=0)
+
+
+def double(shards: ClientShards) -> ClientShards:
+    return ClientShards(shards.inputs.double(), shards.targets, [i.numpy() for i in shards.indices])
+
+
+def job(client: int, epochs: int, seed: int, base_version: int = 0) -> ClientJob:
+    return ClientJob(client, client, base_version, 0.0, JobTiming(0, 0, 0), seed, epochs)
+
+
+class CountCalls:
+    """Counts the batched calls of a cohort engine and the jobs in each."""
+
+    def __init__(self, cohort: CohortTrainer) -> None:
+        self.sizes: list[int] = []
+        for name in ("_step", "_padded_step"):
+            setattr(cohort, name, self.wrap(getattr(cohort, name)))
+
+    def wrap(self, step):
+        def counted(params, *args):
+            self.sizes.append(next(iter(params.values())).shape[0])
+            return step(params, *args)
+
+        return counted
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_unequal_shards_train_in_one_call_per_step_with_the_fast_engines_weights(epochs, shards):
+    torch.manual_seed(0)
+    model = LeNet5(lr=0.05)
+    fast, cohort = LocalTrainer(model, shards, 10), CohortTrainer(model, shards, 10)
+    assert cohort.no_padding_because is None  # a mean-reduced cross-entropy: padding is exact
+    cohort.min_batched = 1  # every step batched, even the last ones shared by a single job
+    calls = CountCalls(cohort)
+    start = fast.flat.read()
+    clients = list(range(12))
+    sizes = [shards.num_samples(c) for c in clients]
+    steps = [-(-n // 10) for n in sizes]
+    assert len(set(steps)) >= 3 and any(n % 10 for n in sizes)  # unequal steps and smaller last batches
+    jobs = [job(c, epochs, seed=20 + c) for c in clients]
+    starts = [start + 0.01 * (k % 3) for k in range(len(jobs))]  # jobs may start from different global versions
+    updates = cohort.train_many(jobs, starts)
+    # One call per local step of the longest job; the k-th call holds the jobs with more than k steps.
+    total = [epochs * s for s in steps]
+    if epochs == 1:
+        assert calls.sizes == [sum(s > k for s in total) for k in range(max(total))]
+    else:  # E > 1: jobs of unequal shards are at other epochs and batch indices: grouped by them (documented)
+        assert len(calls.sizes) < sum(total)
+    for j, w0, update in zip(jobs, starts, updates):
+        expected = fast.train(j, w0)
+        assert update.job is j and update.num_steps == expected.num_steps == epochs * -(
+            -shards.num_samples(j.client) // 10
+        )
+        torch.testing.assert_close(update.weights, expected.weights, rtol=0, atol=1e-6)
+        assert update.train_loss == pytest.approx(expected.train_loss, abs=1e-6)
+        assert update.metrics["train_loss"] == pytest.approx(expected.metrics["train_loss"], abs=1e-6)
+
+
+def test_padded_steps_in_float64_equal_fast_to_rounding_also_under_weight_decay_prox_and_lr_decay(shards):
+    """Weight decay would change a finished job's weights if it did not sit out its cohort's remaining steps."""
+    shards64 = double(shards)
+    torch.manual_seed(0)
+    model = LeNet5(lr=0.05, weight_decay=0.05).double()
+    callbacks = [ProximalTerm(mu=0.5), LearningRateDecay(0.9)]
+    fast, cohort = LocalTrainer(model, shards64, 10, callbacks), CohortTrainer(model, shards64, 10, callbacks)
+    assert cohort.no_padding_because is None
+    cohort.min_batched = 1
+    calls = CountCalls(cohort)
+    start = fast.flat.read()
+    jobs = [job(c, 1, seed=40 + c, base_version=c % 3) for c in range(12)]
+    updates = cohort.train_many(jobs, [start] * len(jobs))
+    assert len(calls.sizes) == max(u.num_steps for u in updates) and min(calls.sizes) < len(jobs)  # some sat out
+    for update, j in zip(updates, jobs):
+        expected = fast.train(j, start)
+        assert update.num_steps == expected.num_steps
+        torch.testing.assert_close(update.weights, expected.weights, rtol=0, atol=1e-12)
+
+
+class SummedLoss(LeNet5):
+    """A sum-reduced loss: padding with zero-weight samples would divide it by the wrong count."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self(x), y, reduction="sum") * 0.01
+
+
+class CoupledLoss(LeNet5):
+    """A loss that couples a batch's samples (centred logits): not a mean of per-sample terms."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        out = self(x)
+        return F.cross_entropy(out - out.mean(0), y)
+
+
+@pytest.mark.parametrize("module", [SummedLoss, CoupledLoss])
+def test_a_loss_that_is_not_a_per_sample_mean_is_not_padded_and_still_matches_fast(module, shards):
+    torch.manual_seed(0)
+    model = module(lr=0.05)
+    fast, cohort = LocalTrainer(model, shards, 10), CohortTrainer(model, shards, 10)
+    assert "not the mean of its per-sample values" in cohort.no_padding_because
+    cohort.min_batched = 1
+    calls = CountCalls(cohort)
+    start = fast.flat.read()
+    jobs = [job(c, 1, seed=60 + c) for c in range(8)]
+    updates = cohort.train_many(jobs, [start] * len(jobs))
+    assert len(calls.sizes) > max(u.num_steps for u in updates)  # grouped by batch shape instead
+    for update, j in zip(updates, jobs):
+        torch.testing.assert_close(update.weights, fast.train(j, start).weights, rtol=0, atol=1e-6)
+
+
+def test_a_whole_padded_run_equals_fast_within_tolerance_and_is_deterministic(tmp_path):
+    def go(engine, name):
+        return run(
+            tmp_path / name,
+            FedAvg(clients_per_round=8),
+            model_seed=0,
+            max_versions=3,
+            engine=engine,
+            data_kwargs={"partition": "dirichlet", "alpha": 0.5},
+        )
+
+    fast, cohort, again = go("fast", "f"), go("cohort", "c"), go("cohort", "c2")
+    assert cohort.simulator.executor.cohort_sizes == [8, 8, 8]  # a round's jobs in one cohort
+    torch.testing.assert_close(global_weights(cohort), global_weights(fast), rtol=0, atol=1e-5)
+    assert torch.equal(global_weights(cohort), global_weights(again))
