@@ -389,20 +389,16 @@ class CohortTrainer(LocalEngine):
         most = max(sizes)
         if min(sizes) == most:
             return pytree.tree_map(lambda *leaves: torch.stack(leaves), *batches), None
-
-        def pad(*leaves: Tensor) -> Tensor:
-            return torch.stack(
-                [
-                    leaf if len(leaf) == most else torch.cat([leaf, leaf[:1].expand(most - len(leaf), *leaf.shape[1:])])
-                    for leaf in leaves
-                ]
-            )
-
-        dtype = self.flat.params[0].dtype
+        # Row j of the padded batch reads the samples offset_j .. offset_j + n_j - 1 of the concatenated batches,
+        # then the first of them again: one concatenation and one gather per leaf, whatever the number of jobs.
         counts = torch.tensor(sizes, device=self.device)
+        offsets = torch.cumsum(counts, 0) - counts
         positions = torch.arange(most, device=self.device)
-        weights = torch.where(positions < counts[:, None], 1.0 / counts[:, None].to(dtype), 0.0).to(dtype)
-        return pytree.tree_map(pad, *batches), weights
+        real = positions < counts[:, None]
+        index = offsets[:, None] + torch.where(real, positions, 0)
+        dtype = self.flat.params[0].dtype
+        weights = torch.where(real, 1.0 / counts[:, None].to(dtype), 0.0).to(dtype)
+        return pytree.tree_map(lambda *leaves: torch.cat(leaves)[index], *batches), weights
 
     def _penalize(self, g: Tensor, w: Tensor, anchor: Tensor | None, prox: list[float]) -> None:
         """Add to the gradients ``g`` (in place) FedProx's term, as ``ProximalTerm.on_after_backward``
@@ -456,10 +452,11 @@ class CohortTrainer(LocalEngine):
         else:
             weights.index_copy_(0, rows, torch.addcmul(w, lr, g, value=-1))
             loss_sums.index_add_(0, rows, loss.detach())
+        rows_logged = {name: value.detach().tolist() for name, value in logged.items()}  # one copy, not one per job
         for row, j in enumerate(members):  # each job's JobLog reduces its own values, as under engine='fast'
             logs[j].batch = plans[j][t][2]
-            for name, value in logged.items():
-                logs[j].log(name, value[row], **self._step_module.log.kwargs[name])
+            for name, values in rows_logged.items():
+                logs[j].log(name, values[row], **self._step_module.log.kwargs[name])
 
     def _step_one(
         self,
