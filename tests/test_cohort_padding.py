@@ -156,3 +156,45 @@ def test_a_whole_padded_run_equals_fast_within_tolerance_and_is_deterministic(tm
     assert cohort.simulator.executor.cohort_sizes == [8, 8, 8]  # a round's jobs in one cohort
     torch.testing.assert_close(global_weights(cohort), global_weights(fast), rtol=0, atol=1e-5)
     assert torch.equal(global_weights(cohort), global_weights(again))
+
+
+class ConfiguredSGD(LeNet5):
+    """LeNet-5 with any SGD settings."""
+
+    def __init__(self, **sgd):
+        super().__init__(lr=0.05)
+        self.sgd = sgd
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05, **self.sgd)
+
+
+@pytest.mark.parametrize(
+    "sgd",
+    [
+        {"momentum": 0.9},
+        {"momentum": 0.5, "dampening": 0.3, "weight_decay": 0.01},
+        {"momentum": 0.9, "nesterov": True, "weight_decay": 0.01},
+    ],
+    ids=["momentum", "dampening", "nesterov"],
+)
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_momentum_sgd_runs_as_batched_buffers_equal_to_fast(sgd, epochs, shards):
+    """One momentum buffer per job, started at its first step; with two epochs jobs of unequal shards step in
+    groups that are not the first rows (the gather/scatter path of the buffers)."""
+    shards64 = double(shards)
+    torch.manual_seed(0)
+    model = ConfiguredSGD(**sgd).double()
+    fast, cohort = LocalTrainer(model, shards64, 10), CohortTrainer(model, shards64, 10)
+    cohort.min_batched = 2
+    start = fast.flat.read()
+    jobs = [job(c, epochs, seed=70 + c) for c in range(10)]
+    plain = CohortTrainer(ConfiguredSGD().double(), shards64, 10).train_many(jobs, [start] * len(jobs))
+    for update, j, p in zip(cohort.train_many(jobs, [start] * len(jobs)), jobs, plain):
+        torch.testing.assert_close(update.weights, fast.train(j, start).weights, rtol=0, atol=1e-12)
+        assert (update.weights - p.weights).abs().max() > 1e-4  # momentum really acts
+
+
+def test_maximizing_sgd_is_refused_naming_the_fast_engine(shards):
+    with pytest.raises(ValueError, match=r"got maximize=True; use engine='fast'"):
+        CohortTrainer(ConfiguredSGD(maximize=True), shards, 10)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import torch
@@ -32,6 +32,17 @@ DEFAULT_MAX_COHORT = 128
 #: about 1 ms, so batching pays from about 4 jobs. Small groups are common when shards are unequal: every distinct
 #: size of a smaller last batch is a group of its own.
 MIN_BATCHED = 4
+
+
+class SGDSettings(NamedTuple):
+    """The settings of the SGD optimizer the cohort engine applies to its stacked weights (as ``torch.optim.SGD``,
+    one momentum buffer per job)."""
+
+    lr: float
+    weight_decay: float
+    momentum: float
+    dampening: float
+    nesterov: bool
 
 
 def _refuse_metric(*args: Any, **kwargs: Any) -> None:
@@ -107,12 +118,13 @@ class CohortJobTrainer(JobTrainer):
 def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] = ()) -> tuple[float, float]:
     """Raise a ``ValueError`` saying why ``module`` or ``callbacks`` cannot run under the cohort engine.
 
-    Supported: one plain SGD optimizer (``lr``, ``weight_decay``; no momentum, no scheduler), trainable
+    Supported: one SGD optimizer (``lr``, ``weight_decay``, ``momentum``, ``dampening``, ``nesterov``; not
+    ``maximize``, no scheduler), trainable
     floating-point parameters and no floating-point buffers (so no BatchNorm running statistics), client callbacks
     :class:`~lit_asyncfl.client_callbacks.ProximalTerm` and :class:`~lit_asyncfl.client_callbacks.LearningRateDecay`.
 
     Returns:
-        The optimizer's ``(lr, weight_decay)``.
+        The optimizer's settings (:class:`SGDSettings`).
     """
     batch_norms = [name for name, m in module.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if batch_norms:
@@ -155,12 +167,9 @@ def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] 
             f"{len(schedulers)} scheduler(s); use engine='fast'"
         )
     group = groups[0]
-    if group["momentum"] != 0 or group["nesterov"] or group["maximize"]:
-        raise ValueError(
-            f"the cohort engine runs SGD without momentum, got momentum={group['momentum']}, "
-            f"nesterov={group['nesterov']}, maximize={group['maximize']}; use engine='fast'"
-        )
-    return float(group["lr"]), float(group["weight_decay"])
+    if group["maximize"]:
+        raise ValueError("the cohort engine runs SGD that minimizes, got maximize=True; use engine='fast'")
+    return SGDSettings(*(float(group[k]) for k in SGDSettings._fields[:-1]), bool(group["nesterov"]))
 
 
 class CohortTrainer(LocalEngine):
@@ -205,7 +214,10 @@ class CohortTrainer(LocalEngine):
         compile: bool = False,
     ) -> None:
         super().__init__(module, shards, batch_size, callbacks, device, onednn)
-        self.lr, self.weight_decay = check_cohort_support(self.module, callbacks)
+        self.sgd = check_cohort_support(self.module, callbacks)
+        self.lr, self.weight_decay = self.sgd.lr, self.sgd.weight_decay
+        #: Momentum buffers of the cohort in training (one row per job), if the optimizer has momentum.
+        self._buffers: Tensor | None = None
         self._step_module = _TrainingStep(self.module)
         self._names = [f"m.{name}" for name, _ in self.module.named_parameters()]
         self._shapes = [p.shape for p in self.flat.params]
@@ -347,6 +359,7 @@ class CohortTrainer(LocalEngine):
         weights = torch.stack([s.to(self.device) for s in starts])
         prox = [cb.mu for cb in self.callbacks if isinstance(cb, ProximalTerm) and cb.mu != 0]
         anchors = weights.clone() if prox else weights
+        self._buffers = torch.empty_like(weights) if self.sgd.momentum else None  # filled at each job's first step
         lrs = torch.tensor([self._lr(j) for j in jobs], dtype=weights.dtype, device=self.device)
         loss_sums = torch.zeros(len(jobs), dtype=weights.dtype, device=self.device)
         logs = [JobLog() for _ in jobs]
@@ -409,6 +422,16 @@ class CohortTrainer(LocalEngine):
         if self.weight_decay:
             g.add_(w, alpha=self.weight_decay)
 
+    def _momentum(self, t: int, g: Tensor, buffers: Tensor) -> Tensor:
+        """``torch.optim.SGD``'s momentum on the jobs' gradients ``g`` (weight decay included) at their step ``t``
+        (the first for every job when ``t == 0``), updating their ``buffers`` in place; returns the direction."""
+        momentum, dampening, nesterov = self.sgd.momentum, self.sgd.dampening, self.sgd.nesterov
+        if t == 0:
+            buffers.copy_(g)
+        else:
+            buffers.mul_(momentum).add_(g, alpha=1 - dampening)
+        return g.add(buffers, alpha=momentum) if nesterov else buffers
+
     def _step_group(
         self,
         t: int,
@@ -446,6 +469,13 @@ class CohortTrainer(LocalEngine):
                 grads, (loss, logged) = self._padded_step(self._params(w), batch, sample_weights, idx)
         g = torch.cat([grads[name].reshape(k, -1) for name in self._names], dim=1)
         self._penalize(g, w, anchor, prox)
+        if self._buffers is not None:
+            if prefix:
+                g = self._momentum(t, g, self._buffers[:k])
+            else:
+                buffers = self._buffers.index_select(0, rows)
+                g = self._momentum(t, g, buffers)
+                self._buffers.index_copy_(0, rows, buffers)
         if prefix:
             w.addcmul_(lr, g, value=-1)
             loss_rows.add_(loss.detach())
@@ -480,6 +510,8 @@ class CohortTrainer(LocalEngine):
             grads = torch.autograd.grad(loss, self.flat.params, allow_unused=True, materialize_grads=True)
         g = torch.cat([grad.reshape(-1) for grad in grads])
         self._penalize(g, w, anchors[j] if prox else None, prox)
+        if self._buffers is not None:
+            g = self._momentum(t, g, self._buffers[j])
         w.addcmul_(lrs[j], g, value=-1)
         loss_sums[j] += loss.detach()
         logs[j].batch = batch
