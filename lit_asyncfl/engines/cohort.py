@@ -29,8 +29,7 @@ DEFAULT_MAX_COHORT = 128
 
 #: Steps shared by fewer jobs than this run one job at a time with plain autograd: an eager ``vmap`` call of the
 #: batched step costs about 2.2 ms plus 0.3 ms per job on LeNet-5 (digits, batch 10, 1 thread), one job's plain step
-#: about 1 ms, so batching pays from about 4 jobs. Small groups are common when shards are unequal: every distinct
-#: size of a smaller last batch is a group of its own.
+#: about 1 ms, so batching pays from about 4 jobs. Such steps are the last ones of the largest shards of a cohort.
 MIN_BATCHED = 4
 
 
@@ -175,14 +174,28 @@ def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] 
 class CohortTrainer(LocalEngine):
     """Trains many client jobs at once (the ``cohort`` engine).
 
-    The jobs' weights are stacked into one ``[jobs, parameters]`` tensor; at every local step the jobs whose
-    batches have the same shape and batch index are trained together with
-    ``vmap(grad_and_value(functional_call(training_step)))``, so clients with different shard sizes (a smaller last
-    batch, fewer steps) are grouped rather than padded, and each sees exactly the batches the ``fast`` engine would
-    give it (same generator, same order). A step shared by fewer than ``min_batched`` jobs (default
-    :data:`MIN_BATCHED`, e.g. a smaller last batch of a size no other job has) runs one job at a time with plain
-    autograd on the module, where ``vmap``'s fixed cost per call would outweigh the batching. The SGD step (with
-    weight decay, FedProx's proximal term and FedADT's learning-rate decay) is applied to the stacked weights.
+    The jobs' weights are stacked into one ``[jobs, parameters]`` tensor, in rows ordered by decreasing number of
+    local steps; at local step ``t`` every job that still trains (the first rows) is trained in one call of
+    ``vmap(grad_and_value(functional_call(training_step)))``, each on exactly the batch the ``fast`` engine would
+    give it (same generator, same order), whatever the shard sizes:
+
+    - A smaller batch (a client's last one) is **padded** to the largest batch of the step with copies of its first
+      sample whose loss weight is 0: the loss is then ``training_step`` on each sample alone (an inner ``vmap``),
+      weighted ``1/n`` for the ``n`` real samples, i.e. the mean the module computes on the unpadded batch, with the
+      same gradient. This holds for losses that are means over per-sample terms (the usual mean-reduced losses, what
+      ``training_step`` logs likewise), which is checked once at construction (:meth:`padding_refusal`); for any
+      other module (a sum-reduced loss, a loss coupling the samples of a batch, random operations)
+      :attr:`no_padding_because` says why and the jobs of a step are grouped by batch shape instead, as exact and
+      slower. A step where every batch is full needs no padding and runs ``training_step`` on the whole batches.
+    - A job that has finished its steps **sits out** the remaining steps of its cohort: its row is past the rows
+      that step, so no update, weight decay or momentum touches it.
+    - Jobs of more than one local epoch whose shards differ are at different epochs and batch indices at the same
+      step (what ``training_step`` may read): they are grouped by them.
+
+    A step shared by fewer than ``min_batched`` jobs (default :data:`MIN_BATCHED`, e.g. the last steps of the
+    largest shards) runs one job at a time with plain autograd on the module, where ``vmap``'s fixed cost per call
+    would outweigh the batching. The SGD step (weight decay, momentum, FedProx's proximal term and FedADT's
+    learning-rate decay) is applied to the stacked weights, on ``device``.
 
     Results equal the ``fast`` engine's up to float32 rounding of the batched kernels (for LeNet-5 on digits below
     1e-7 after 100 steps, tested at 1e-6 for jobs of up to 3 epochs; 1e-12 in float64). Over a full run the
@@ -231,7 +244,7 @@ class CohortTrainer(LocalEngine):
         if compile:
             self._step = torch.compile(self._step, dynamic=True)
             self._padded_step = torch.compile(self._padded_step, dynamic=True)
-        #: Why batches are not padded (jobs are then grouped by batch shape), or ``None``: padded.
+        #: Why smaller batches are not padded (the jobs of a step are then grouped by batch shape), or ``None``.
         self.no_padding_because = self.padding_refusal()
         #: Groups of fewer jobs step one job at a time without ``vmap`` (see :data:`MIN_BATCHED`); a compiled step
         #: batches every group, as before (its cost per call was not measured against plain steps).
@@ -360,7 +373,8 @@ class CohortTrainer(LocalEngine):
         prox = [cb.mu for cb in self.callbacks if isinstance(cb, ProximalTerm) and cb.mu != 0]
         anchors = weights.clone() if prox else weights
         self._buffers = torch.empty_like(weights) if self.sgd.momentum else None  # filled at each job's first step
-        lrs = torch.tensor([self._lr(j) for j in jobs], dtype=weights.dtype, device=self.device)
+        lr_values = [self._lr(j) for j in jobs]
+        lrs = torch.tensor(lr_values, dtype=weights.dtype, device=self.device)
         loss_sums = torch.zeros(len(jobs), dtype=weights.dtype, device=self.device)
         logs = [JobLog() for _ in jobs]
         before = self.module.log, self.module.log_dict
@@ -387,9 +401,10 @@ class CohortTrainer(LocalEngine):
             self.module._trainer = None
             self.module.log, self.module.log_dict = before  # type: ignore[method-assign]
         updates: list[ClientUpdate] = [None] * len(jobs)  # type: ignore[list-item]
+        losses = loss_sums.tolist()  # one copy from the device, not one per job
         for j, job in enumerate(jobs):
-            info = {"lr": float(lrs[j])}
-            update = self.make_update(job, weights[j].clone(), starts[j], len(plans[j]), loss_sums[j], info)
+            info = {"lr": lr_values[j]}
+            update = self.make_update(job, weights[j].clone(), starts[j], len(plans[j]), losses[j], info)
             update.metrics = logs[j].results()[0]
             updates[order[j]] = update
         return updates
