@@ -33,7 +33,7 @@ DEFAULT_MAX_COHORT = 128
 MIN_BATCHED = 4
 
 
-class SGDSettings(NamedTuple):
+class _SGDSettings(NamedTuple):
     """The settings of the SGD optimizer the cohort engine applies to its stacked weights (as ``torch.optim.SGD``,
     one momentum buffer per job)."""
 
@@ -123,7 +123,7 @@ def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] 
     :class:`~lit_asyncfl.client_callbacks.ProximalTerm` and :class:`~lit_asyncfl.client_callbacks.LearningRateDecay`.
 
     Returns:
-        The optimizer's settings (:class:`SGDSettings`).
+        The optimizer's settings: ``lr``, ``weight_decay``, ``momentum``, ``dampening``, ``nesterov`` (a named tuple).
     """
     batch_norms = [name for name, m in module.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if batch_norms:
@@ -168,7 +168,7 @@ def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] 
     group = groups[0]
     if group["maximize"]:
         raise ValueError("the cohort engine runs SGD that minimizes, got maximize=True; use engine='fast'")
-    return SGDSettings(*(float(group[k]) for k in SGDSettings._fields[:-1]), bool(group["nesterov"]))
+    return _SGDSettings(*(float(group[k]) for k in _SGDSettings._fields[:-1]), bool(group["nesterov"]))
 
 
 class CohortTrainer(LocalEngine):
