@@ -15,13 +15,7 @@ from lit_asyncfl.data import ClientShards, DigitsDataModule
 from lit_asyncfl.engines import CohortTrainer, LocalTrainer
 from lit_asyncfl.models import LeNet5
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +32,14 @@ def double(shards: ClientShards) -> ClientShards:
 
 def job(client: int, epochs: int, seed: int, base_version: int = 0) -> ClientJob:
     return ClientJob(client, client, base_version, 0.0, JobTiming(0, 0, 0), seed, epochs)
+
+
+def engines(model, shards, callbacks=(), min_batched=1):
+    """The fast and cohort engines of ``model`` (the cohort batching every step, its calls counted) and the start
+    weights."""
+    fast, cohort = LocalTrainer(model, shards, 10, callbacks), CohortTrainer(model, shards, 10, callbacks)
+    cohort.min_batched = min_batched
+    return fast, cohort, CountCalls(cohort), fast.flat.read()
 
 
 class CountCalls:
@@ -60,11 +62,8 @@ class CountCalls:
 def test_unequal_shards_train_in_one_call_per_step_with_the_fast_engines_weights(epochs, shards):
     torch.manual_seed(0)
     model = LeNet5(lr=0.05)
-    fast, cohort = LocalTrainer(model, shards, 10), CohortTrainer(model, shards, 10)
+    fast, cohort, calls, start = engines(model, shards)  # every step batched, even those of a single job
     assert cohort.no_padding_because is None  # a mean-reduced cross-entropy: padding is exact
-    cohort.min_batched = 1  # every step batched, even the last ones shared by a single job
-    calls = CountCalls(cohort)
-    start = fast.flat.read()
     clients = list(range(12))
     sizes = [shards.num_samples(c) for c in clients]
     steps = [-(-n // 10) for n in sizes]
@@ -90,15 +89,10 @@ def test_unequal_shards_train_in_one_call_per_step_with_the_fast_engines_weights
 
 def test_padded_steps_in_float64_equal_fast_to_rounding_also_under_weight_decay_prox_and_lr_decay(shards):
     """Weight decay would change a finished job's weights if it did not sit out its cohort's remaining steps."""
-    shards64 = double(shards)
     torch.manual_seed(0)
-    model = LeNet5(lr=0.05, weight_decay=0.05).double()
     callbacks = [ProximalTerm(mu=0.5), LearningRateDecay(0.9)]
-    fast, cohort = LocalTrainer(model, shards64, 10, callbacks), CohortTrainer(model, shards64, 10, callbacks)
+    fast, cohort, calls, start = engines(LeNet5(lr=0.05, weight_decay=0.05).double(), double(shards), callbacks)
     assert cohort.no_padding_because is None
-    cohort.min_batched = 1
-    calls = CountCalls(cohort)
-    start = fast.flat.read()
     jobs = [job(c, 1, seed=40 + c, base_version=c % 3) for c in range(12)]
     updates = cohort.train_many(jobs, [start] * len(jobs))
     assert len(calls.sizes) == max(u.num_steps for u in updates) and min(calls.sizes) < len(jobs)  # some sat out
@@ -128,12 +122,8 @@ class CoupledLoss(LeNet5):
 @pytest.mark.parametrize("module", [SummedLoss, CoupledLoss])
 def test_a_loss_that_is_not_a_per_sample_mean_is_not_padded_and_still_matches_fast(module, shards):
     torch.manual_seed(0)
-    model = module(lr=0.05)
-    fast, cohort = LocalTrainer(model, shards, 10), CohortTrainer(model, shards, 10)
+    fast, cohort, calls, start = engines(module(lr=0.05), shards)
     assert "not the mean of its per-sample values" in cohort.no_padding_because
-    cohort.min_batched = 1
-    calls = CountCalls(cohort)
-    start = fast.flat.read()
     jobs = [job(c, 1, seed=60 + c) for c in range(8)]
     updates = cohort.train_many(jobs, [start] * len(jobs))
     assert len(calls.sizes) > max(u.num_steps for u in updates)  # grouped by batch shape instead
@@ -184,10 +174,7 @@ def test_momentum_sgd_runs_as_batched_buffers_equal_to_fast(sgd, epochs, shards)
     groups that are not the first rows (the gather/scatter path of the buffers)."""
     shards64 = double(shards)
     torch.manual_seed(0)
-    model = ConfiguredSGD(**sgd).double()
-    fast, cohort = LocalTrainer(model, shards64, 10), CohortTrainer(model, shards64, 10)
-    cohort.min_batched = 2
-    start = fast.flat.read()
+    fast, cohort, _, start = engines(ConfiguredSGD(**sgd).double(), shards64, min_batched=2)
     jobs = [job(c, epochs, seed=70 + c) for c in range(10)]
     plain = CohortTrainer(ConfiguredSGD().double(), shards64, 10).train_many(jobs, [start] * len(jobs))
     for update, j, p in zip(cohort.train_many(jobs, [start] * len(jobs)), jobs, plain):
