@@ -185,3 +185,44 @@ def test_momentum_sgd_runs_as_batched_buffers_equal_to_fast(sgd, epochs, shards)
 def test_maximizing_sgd_is_refused_naming_the_fast_engine(shards):
     with pytest.raises(ValueError, match=r"got maximize=True; use engine='fast'"):
         CohortTrainer(ConfiguredSGD(maximize=True), shards, 10)
+
+
+class ConfiguredAdam(LeNet5):
+    """LeNet-5 with Adam or AdamW."""
+
+    def __init__(self, optimizer=torch.optim.Adam, **settings):
+        super().__init__(lr=0.01)
+        self.optimizer, self.settings = optimizer, settings
+
+    def configure_optimizers(self):
+        return self.optimizer(self.parameters(), lr=0.01, **self.settings)
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "settings"),
+    [
+        (torch.optim.Adam, {}),
+        (torch.optim.Adam, {"weight_decay": 0.01, "betas": (0.8, 0.99), "eps": 1e-6}),
+        (torch.optim.AdamW, {"weight_decay": 0.05}),
+    ],
+    ids=["adam", "adam-l2", "adamw"],
+)
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_adam_runs_as_batched_moments_equal_to_fast(optimizer, settings, epochs, shards):
+    """Two moment estimates per job and the bias corrections of its own step count, with FedProx's term and the
+    learning-rate decay of FedADT on top; in float64 equal to fast to rounding."""
+    shards64 = double(shards)
+    torch.manual_seed(0)
+    callbacks = [ProximalTerm(mu=0.1), LearningRateDecay(0.9)]
+    model = ConfiguredAdam(optimizer, **settings).double()
+    fast, cohort, _, start = engines(model, shards64, callbacks, min_batched=2)
+    jobs = [job(c, epochs, seed=80 + c, base_version=c % 3) for c in range(10)]
+    sgd = CohortTrainer(ConfiguredSGD().double(), shards64, 10, callbacks).train_many(jobs, [start] * len(jobs))
+    for update, j, s in zip(cohort.train_many(jobs, [start] * len(jobs)), jobs, sgd):
+        torch.testing.assert_close(update.weights, fast.train(j, start).weights, rtol=0, atol=1e-12)
+        assert (update.weights - s.weights).abs().max() > 1e-3  # not SGD
+
+
+def test_amsgrad_is_refused_naming_the_fast_engine(shards):
+    with pytest.raises(ValueError, match=r"Adam without amsgrad.*use engine='fast'"):
+        CohortTrainer(ConfiguredAdam(amsgrad=True), shards, 10)

@@ -44,6 +44,18 @@ class _SGDSettings(NamedTuple):
     nesterov: bool
 
 
+class _AdamSettings(NamedTuple):
+    """The settings of an Adam or AdamW optimizer the cohort engine applies to its stacked weights (as
+    ``torch.optim.Adam``/``AdamW``, one pair of moment estimates per job)."""
+
+    lr: float
+    weight_decay: float
+    beta1: float
+    beta2: float
+    eps: float
+    decoupled: bool
+
+
 def _refuse_metric(*args: Any, **kwargs: Any) -> None:
     raise ValueError(
         "engine='cohort' cannot update a torchmetrics object in training_step (its state is one per job, the cohort "
@@ -117,13 +129,14 @@ class CohortJobTrainer(JobTrainer):
 def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] = ()) -> tuple[float, float]:
     """Raise a ``ValueError`` saying why ``module`` or ``callbacks`` cannot run under the cohort engine.
 
-    Supported: one SGD optimizer (``lr``, ``weight_decay``, ``momentum``, ``dampening``, ``nesterov``; not
-    ``maximize``, no scheduler), trainable
+    Supported: one SGD optimizer (``lr``, ``weight_decay``, ``momentum``, ``dampening``, ``nesterov``) or Adam/AdamW
+    (``lr``, ``betas``, ``eps``, ``weight_decay``; not ``amsgrad``), not ``maximize``, no scheduler, trainable
     floating-point parameters and no floating-point buffers (so no BatchNorm running statistics), client callbacks
     :class:`~lit_asyncfl.client_callbacks.ProximalTerm` and :class:`~lit_asyncfl.client_callbacks.LearningRateDecay`.
 
     Returns:
-        The optimizer's settings: ``lr``, ``weight_decay``, ``momentum``, ``dampening``, ``nesterov`` (a named tuple).
+        The optimizer's settings (a named tuple): ``lr``, ``weight_decay`` and ``momentum``, ``dampening``,
+        ``nesterov`` for SGD, ``beta1``, ``beta2``, ``eps``, ``decoupled`` (AdamW's weight decay) for Adam.
     """
     batch_norms = [name for name, m in module.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if batch_norms:
@@ -159,15 +172,26 @@ def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] 
     finally:
         module._trainer = None
     groups = optimizer.param_groups
-    if type(optimizer) is not torch.optim.SGD or len(groups) != 1 or schedulers:
+    if type(optimizer) not in (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW) or len(groups) != 1 or schedulers:
         raise ValueError(
-            "the cohort engine runs plain SGD with one parameter group and no learning-rate scheduler; "
+            "the cohort engine runs SGD, Adam or AdamW with one parameter group and no learning-rate scheduler; "
             f"configure_optimizers returned {type(optimizer).__name__} with {len(groups)} group(s) and "
             f"{len(schedulers)} scheduler(s); use engine='fast'"
         )
     group = groups[0]
     if group["maximize"]:
-        raise ValueError("the cohort engine runs SGD that minimizes, got maximize=True; use engine='fast'")
+        raise ValueError("the cohort engine runs optimizers that minimize, got maximize=True; use engine='fast'")
+    if type(optimizer) is not torch.optim.SGD:
+        if group["amsgrad"] or group["differentiable"] or group["capturable"] or isinstance(group["lr"], Tensor):
+            raise ValueError(
+                f"the cohort engine runs {type(optimizer).__name__} without amsgrad, differentiable, capturable or a "
+                "tensor learning rate; use engine='fast'"
+            )
+        decoupled = type(optimizer) is torch.optim.AdamW or bool(group.get("decoupled_weight_decay", False))
+        beta1, beta2 = (float(b) for b in group["betas"])
+        return _AdamSettings(
+            float(group["lr"]), float(group["weight_decay"]), beta1, beta2, float(group["eps"]), decoupled
+        )
     return _SGDSettings(*(float(group[k]) for k in _SGDSettings._fields[:-1]), bool(group["nesterov"]))
 
 
@@ -227,10 +251,15 @@ class CohortTrainer(LocalEngine):
         compile: bool = False,
     ) -> None:
         super().__init__(module, shards, batch_size, callbacks, device, onednn)
-        self.sgd = check_cohort_support(self.module, callbacks)
-        self.lr, self.weight_decay = self.sgd.lr, self.sgd.weight_decay
-        #: Momentum buffers of the cohort in training (one row per job), if the optimizer has momentum.
-        self._buffers: Tensor | None = None
+        self.optimizer_settings = check_cohort_support(self.module, callbacks)
+        self.adam = isinstance(self.optimizer_settings, _AdamSettings)
+        self.lr = self.optimizer_settings.lr
+        #: The weight decay added to the gradient (AdamW's decays the weights instead, see :meth:`_decay`).
+        self.weight_decay = (
+            0.0 if self.adam and self.optimizer_settings.decoupled else self.optimizer_settings.weight_decay
+        )
+        #: Optimizer state of the cohort in training (one row per job): SGD's momentum buffer, Adam's two moments.
+        self._state: list[Tensor] = []
         self._step_module = _TrainingStep(self.module)
         self._names = [f"m.{name}" for name, _ in self.module.named_parameters()]
         self._shapes = [p.shape for p in self.flat.params]
@@ -372,7 +401,10 @@ class CohortTrainer(LocalEngine):
         weights = torch.stack([s.to(self.device) for s in starts])
         prox = [cb.mu for cb in self.callbacks if isinstance(cb, ProximalTerm) and cb.mu != 0]
         anchors = weights.clone() if prox else weights
-        self._buffers = torch.empty_like(weights) if self.sgd.momentum else None  # filled at each job's first step
+        if self.adam:
+            self._state = [torch.zeros_like(weights), torch.zeros_like(weights)]
+        else:  # a momentum buffer is filled at each job's first step
+            self._state = [torch.empty_like(weights)] if self.optimizer_settings.momentum else []
         lr_values = [self._lr(j) for j in jobs]
         lrs = torch.tensor(lr_values, dtype=weights.dtype, device=self.device)
         loss_sums = torch.zeros(len(jobs), dtype=weights.dtype, device=self.device)
@@ -437,15 +469,33 @@ class CohortTrainer(LocalEngine):
         if self.weight_decay:
             g.add_(w, alpha=self.weight_decay)
 
-    def _momentum(self, t: int, g: Tensor, buffers: Tensor) -> Tensor:
-        """``torch.optim.SGD``'s momentum on the jobs' gradients ``g`` (weight decay included) at their step ``t``
-        (the first for every job when ``t == 0``), updating their ``buffers`` in place; returns the direction."""
-        momentum, dampening, nesterov = self.sgd.momentum, self.sgd.dampening, self.sgd.nesterov
+    def _direction(self, t: int, g: Tensor, lr: Tensor, state: list[Tensor]) -> tuple[Tensor, Tensor]:
+        """The optimizer's step for the jobs' gradients ``g`` (weight decay included) at their step ``t`` (the first
+        for every job when ``t == 0``), updating their ``state`` rows in place: ``(direction, step size)`` such that
+        the weights move by ``-step size * direction``, as ``torch.optim.SGD`` (momentum) or ``Adam`` would."""
+        settings = self.optimizer_settings
+        if self.adam:
+            exp_avg, exp_avg_sq = state
+            exp_avg.lerp_(g, 1 - settings.beta1)
+            exp_avg_sq.mul_(settings.beta2).addcmul_(g, g, value=1 - settings.beta2)
+            step = float(t + 1)
+            correction2 = (1 - settings.beta2**step) ** 0.5
+            denom = (exp_avg_sq.sqrt() / correction2).add_(settings.eps)
+            return exp_avg / denom, lr / (1 - settings.beta1**step)
+        if not state:
+            return g, lr
+        (buffers,) = state
         if t == 0:
             buffers.copy_(g)
         else:
-            buffers.mul_(momentum).add_(g, alpha=1 - dampening)
-        return g.add(buffers, alpha=momentum) if nesterov else buffers
+            buffers.mul_(settings.momentum).add_(g, alpha=1 - settings.dampening)
+        return (g.add(buffers, alpha=settings.momentum) if settings.nesterov else buffers), lr
+
+    def _decay(self, w: Tensor, lr: Tensor) -> None:
+        """AdamW's decoupled weight decay of the jobs' weights ``w`` (``w * (1 - lr * weight_decay)``), before the
+        step."""
+        if self.adam and self.optimizer_settings.decoupled and self.optimizer_settings.weight_decay:
+            w.mul_(1 - lr * self.optimizer_settings.weight_decay)
 
     def _step_group(
         self,
@@ -484,13 +534,14 @@ class CohortTrainer(LocalEngine):
                 grads, (loss, logged) = self._padded_step(self._params(w), batch, sample_weights, idx)
         g = torch.cat([grads[name].reshape(k, -1) for name in self._names], dim=1)
         self._penalize(g, w, anchor, prox)
-        if self._buffers is not None:
-            if prefix:
-                g = self._momentum(t, g, self._buffers[:k])
-            else:
-                buffers = self._buffers.index_select(0, rows)
-                g = self._momentum(t, g, buffers)
-                self._buffers.index_copy_(0, rows, buffers)
+        self._decay(w, lr)
+        if prefix:
+            g, lr = self._direction(t, g, lr, [s[:k] for s in self._state])
+        else:
+            state = [s.index_select(0, rows) for s in self._state]
+            g, lr = self._direction(t, g, lr, state)
+            for s, rows_state in zip(self._state, state):
+                s.index_copy_(0, rows, rows_state)
         if prefix:
             w.addcmul_(lr, g, value=-1)
             loss_rows.add_(loss.detach())
@@ -525,9 +576,10 @@ class CohortTrainer(LocalEngine):
             grads = torch.autograd.grad(loss, self.flat.params, allow_unused=True, materialize_grads=True)
         g = torch.cat([grad.reshape(-1) for grad in grads])
         self._penalize(g, w, anchors[j] if prox else None, prox)
-        if self._buffers is not None:
-            g = self._momentum(t, g, self._buffers[j])
-        w.addcmul_(lrs[j], g, value=-1)
+        lr = lrs[j : j + 1]
+        self._decay(w, lr)
+        g, lr = self._direction(t, g, lr, [s[j] for s in self._state])
+        w.addcmul_(lr, g, value=-1)
         loss_sums[j] += loss.detach()
         logs[j].batch = batch
         for name, value in logged.items():
