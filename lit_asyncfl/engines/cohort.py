@@ -218,14 +218,17 @@ class CohortTrainer(LocalEngine):
 
     A step shared by fewer than ``min_batched`` jobs (default :data:`MIN_BATCHED`, e.g. the last steps of the
     largest shards) runs one job at a time with plain autograd on the module, where ``vmap``'s fixed cost per call
-    would outweigh the batching. The SGD step (weight decay, momentum, FedProx's proximal term and FedADT's
-    learning-rate decay) is applied to the stacked weights, on ``device``.
+    would outweigh the batching. The optimizer step (SGD with weight decay and momentum, or Adam/AdamW, one state row
+    per job; FedProx's proximal term and FedADT's learning-rate decay) is applied to the stacked weights, on
+    ``device``.
 
     Results equal the ``fast`` engine's up to float32 rounding of the batched kernels (for LeNet-5 on digits below
     1e-7 after 100 steps, tested at 1e-6 for jobs of up to 3 epochs; 1e-12 in float64). Over a full run the
     differences can grow once rounding flips a ReLU or max-pool tie (2e-4 after 100 FedBuff updates). Random
     operations in ``training_step`` (dropout) draw different numbers per client from a generator seeded by the
-    cohort's first job, not the job's own stream: such modules are deterministic but do not match ``fast``.
+    cohort's first job, not the job's own stream: such modules are deterministic but do not match ``fast``. Adam
+    amplifies the float32 rounding of near-zero gradients (1.3e-3 from ``fast`` at lr 0.01 on LeNet-5, as much as
+    ``fast`` with and without oneDNN differ; 1e-12 in float64).
 
     Args:
         module: The user's module; a private copy is used.
