@@ -11,17 +11,26 @@ per update are compared. The row ``raw, oneDNN on`` shows what the automatic ker
 The cohort engine gets all jobs in flight at once and computes them ``--cohort`` at a time. The last line is
 machine-readable: ``fast_vs_raw=<x> lightning_vs_raw=<x> cohort50_vs_raw=<x>``.
 
-``--whole-runs`` measures instead whole ``FederatedTrainer`` runs (100 clients, LeNet-5, batch 10, 1 thread) with
-``engine="fast"`` and ``engine="cohort"``, where cohorts are only as large as the jobs pending when an update is
-first needed: FedAsync and FedBuff (buffer 10) at 10 and 50 clients in flight and FedAvg with 50 clients per round,
-on an IID and a Dirichlet(0.5) split of the digits. The two engines run interleaved (fast, cohort, fast, ...) so
-machine load affects both alike; the global model is evaluated only at the start and the end. It prints updates
-per wall second of the run (``on_fit_start`` to ``on_fit_end``, so without building the trainer and writing the
-plots: about a second per run that both engines pay alike), median over repeats, the ratio cohort/fast of the
-medians, its range over the repeat pairs and the mean cohort size:
+``--whole-runs`` measures instead whole ``FederatedTrainer`` runs (100 clients, LeNet-5, batch 10, E = 1, 1 thread)
+with ``engine="fast"`` and ``engine="cohort"``, where cohorts are only as large as the jobs pending when an update is
+first needed: FedAsync and FedBuff (buffer 10) at 10 and 50 clients in flight and FedAvg with 10 and 50 clients per
+round, on an IID and a Dirichlet(0.5) split of the digits. Each configuration also times a **raw PyTorch loop over
+the same updates**: the client jobs whose updates the ``fast`` run received (recorded in its warm-up run: same
+clients, same seeds, so the same shards, batch order and number of SGD steps), trained one after another by a plain
+loop without the simulator (one reused LeNet-5, each client's shard pre-sliced as tensors, the start weights copied
+in, a fresh ``torch.optim.SGD``, ``randperm`` batches, ``F.cross_entropy``, backward, step, the weights read out as
+one vector), under the kernel choice the engines make. It does only the local training: no server, aggregation,
+event queue or evaluation, and every job starts from the initial weights (the cost of a step does not depend on
+them). The three run interleaved (fast, cohort, raw, fast, ...) so machine load affects them alike; the global model
+is evaluated only at the start and the end of the engines' runs. It prints updates per wall second (engines: from
+``on_fit_start`` to ``on_fit_end``, so without building the trainer and writing the plots, about a second per run
+that both engines pay alike; raw: the loop), medians over repeats, the ratios cohort/fast and cohort/raw of the
+medians (above 1: cohort faster), the range of cohort/raw over the repeats and the mean cohort size. The last line is
+``cohort_vs_raw_whole_50=X cohort_vs_raw_whole_10=Y``: raw-loop time per update divided by the cohort's, on the
+Dirichlet(0.5) split, each the median over FedAsync, FedBuff and FedAvg with 50 (X) or 10 (Y) clients in flight:
 
-    python scripts/bench_engines.py --whole-runs                   # ~600 updates per run, 3 repeats: a few minutes
-    python scripts/bench_engines.py --whole-runs --updates 1500 --repeats 5 --configs fedasync10 fedavg50
+    python scripts/bench_engines.py --whole-runs                   # ~600 updates per run, 3 repeats: ~10 minutes
+    python scripts/bench_engines.py --whole-runs --partitions dirichlet --repeats 5
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from bench_overhead import raw_update
 
 from lit_asyncfl import FederatedTrainer
@@ -42,7 +52,7 @@ from lit_asyncfl.callbacks import Callback
 from lit_asyncfl.client.engines import ENGINES, build_executor
 from lit_asyncfl.client.kernels import OneDNN
 from lit_asyncfl.core.seeding import derive_seed
-from lit_asyncfl.core.update import ClientJob, JobTiming
+from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.models import LeNet5
 
@@ -52,8 +62,12 @@ WHOLE_RUNS: dict[str, tuple[Callable[[], Algorithm], int]] = {
     "fedasync50": (lambda: FedAsync(concurrency=50), 1),
     "fedbuff10": (lambda: FedBuff(buffer_size=10, concurrency=10), 10),
     "fedbuff50": (lambda: FedBuff(buffer_size=10, concurrency=50), 10),
+    "fedavg10": (lambda: FedAvg(clients_per_round=10), 10),
     "fedavg50": (lambda: FedAvg(clients_per_round=50), 50),
 }
+
+#: Clients in flight of each whole-run configuration.
+IN_FLIGHT = {"fedasync10": 10, "fedbuff10": 10, "fedavg10": 10, "fedasync50": 50, "fedbuff50": 50, "fedavg50": 50}
 
 
 class RunTimer(Callback):
@@ -68,8 +82,20 @@ class RunTimer(Callback):
         self.seconds = time.perf_counter() - self.start
 
 
-def whole_run(config: str, partition: str, engine: str, updates: int) -> tuple[float, int, list[int]]:
-    """One run: (wall seconds of the run, updates received, cohort sizes)."""
+class JobRecorder(Callback):
+    """The (client, seed, SGD steps) of every update the server receives, in order."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[int, int, int]] = []
+
+    def on_client_update(self, trainer: FederatedTrainer, update: ClientUpdate, aggregated: bool) -> None:
+        self.jobs.append((update.job.client, update.job.seed, update.num_steps))
+
+
+def whole_run(
+    config: str, partition: str, engine: str, updates: int, recorder: JobRecorder | None = None
+) -> tuple[float, int, list[int], FederatedTrainer]:
+    """One run: (wall seconds of the run, updates received, cohort sizes, the trainer)."""
     make, per_version = WHOLE_RUNS[config]
     versions = max(1, updates // per_version)
     timer = RunTimer()
@@ -86,7 +112,7 @@ def whole_run(config: str, partition: str, engine: str, updates: int) -> tuple[f
         print_summary=False,
         checkpoint_every_seconds=None,
         default_root_dir=tempfile.mkdtemp(),
-        callbacks=[timer],
+        callbacks=[timer] if recorder is None else [timer, recorder],
     )
     alpha = {"alpha": 0.5} if partition == "dirichlet" else {}
     data = DigitsDataModule(partition=partition, batch_size=10, **alpha)
@@ -95,41 +121,97 @@ def whole_run(config: str, partition: str, engine: str, updates: int) -> tuple[f
     trainer.fit(model, datamodule=data)
     assert trainer.simulator is not None
     sizes = list(getattr(trainer.simulator.executor, "cohort_sizes", []))
-    return timer.seconds, trainer.summary["updates_received"], sizes
+    return timer.seconds, trainer.summary["updates_received"], sizes, trainer
+
+
+def raw_whole(trainer: FederatedTrainer, jobs: list[tuple[int, int, int]]) -> Callable[[], float]:
+    """The raw loop over the recorded ``jobs`` on the shards and kernel choice of the ``fast`` run ``trainer``;
+    returns a function timing one pass (seconds)."""
+    assert trainer.simulator is not None
+    engine = trainer.simulator.executor.trainer
+    shards, onednn = engine.shards, engine.onednn
+    torch.manual_seed(0)
+    model = LeNet5(lr=0.05)
+    params = list(model.parameters())
+    start = [p.detach().clone() for p in params]
+    sliced = [(shards.inputs[i], shards.targets[i]) for i in shards.indices]
+
+    def update(client: int, seed: int, steps: int) -> torch.Tensor:
+        x, y = sliced[client]
+        with torch.no_grad():
+            torch._foreach_copy_(params, start)
+        generator = torch.Generator().manual_seed(seed)
+        optimizer = torch.optim.SGD(params, lr=0.05)
+        done = 0
+        while done < steps:
+            order = torch.randperm(len(y), generator=generator)
+            for s in range(0, len(y), 10):
+                if done == steps:
+                    break
+                idx = order[s : s + 10]
+                loss = F.cross_entropy(model(x[idx]), y[idx])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                done += 1
+        return torch.nn.utils.parameters_to_vector(params).detach().clone()
+
+    def timed() -> float:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with OneDNN(onednn):
+                t0 = time.perf_counter()
+                for client, seed, steps in jobs:
+                    update(client, seed, steps)
+                return time.perf_counter() - t0
+        finally:
+            torch.set_num_threads(threads)
+
+    return timed
 
 
 def whole_runs(args: argparse.Namespace) -> None:
     print(
         f"whole runs: 100 clients, LeNet-5, batch 10, E=1, 1 thread, ~{args.updates} updates per run, "
-        f"{args.repeats} interleaved repeats per engine; updates per wall second (median)"
+        f"{args.repeats} interleaved repeats (fast, cohort, raw loop); updates per wall second (median)"
     )
-    header = f"{'run':<12}{'partition':<11}{'fast upd/s':>11}{'cohort upd/s':>13}{'cohort/fast':>12}"
-    print(f"{header}{'range':>13}{'mean cohort':>12}")
-    ratios = []
+    header = f"{'run':<12}{'partition':<11}{'fast upd/s':>11}{'cohort upd/s':>13}{'raw upd/s':>10}"
+    print(f"{header}{'cohort/fast':>12}{'cohort/raw':>11}{'range':>11}{'mean cohort':>12}")
+    vs_fast, vs_raw = [], {}
     for partition in args.partitions:
         for config in args.configs:
-            rates: dict[str, list[float]] = {"fast": [], "cohort": []}
+            rates: dict[str, list[float]] = {"fast": [], "cohort": [], "raw": []}
             sizes: list[int] = []
-            for engine in rates:  # warm-up (data set-up, first calls of vmap)
-                whole_run(config, partition, engine, 50)
+            recorder = JobRecorder()
+            *_, fast_trainer = whole_run(config, partition, "fast", args.updates, recorder)  # warm-up, job record
+            whole_run(config, partition, "cohort", 50)  # warm-up (first calls of vmap)
+            raw = raw_whole(fast_trainer, recorder.jobs)
             for _ in range(args.repeats):
-                for engine in rates:
-                    seconds, received, cohorts = whole_run(config, partition, engine, args.updates)
+                for engine in ("fast", "cohort"):
+                    seconds, received, cohorts, _ = whole_run(config, partition, engine, args.updates)
                     rates[engine].append(received / seconds)
                     sizes += cohorts
-            fast, cohort = statistics.median(rates["fast"]), statistics.median(rates["cohort"])
-            pairs = [c / f for f, c in zip(rates["fast"], rates["cohort"])]
-            ratios.append(cohort / fast)
+                rates["raw"].append(len(recorder.jobs) / raw())
+            fast, cohort, rawm = (statistics.median(rates[k]) for k in ("fast", "cohort", "raw"))
+            pairs = [c / r for c, r in zip(rates["cohort"], rates["raw"])]
+            vs_fast.append(cohort / fast)
+            vs_raw[partition, config] = cohort / rawm
             print(
-                f"{config:<12}{partition:<11}{fast:>11.0f}{cohort:>13.0f}{cohort / fast:>11.2f}x"
-                f"{f'{min(pairs):.2f}-{max(pairs):.2f}':>13}{np.mean(sizes):>12.1f}"
+                f"{config:<12}{partition:<11}{fast:>11.0f}{cohort:>13.0f}{rawm:>10.0f}{cohort / fast:>11.2f}x"
+                f"{cohort / rawm:>10.2f}x{f'{min(pairs):.2f}-{max(pairs):.2f}':>11}{np.mean(sizes):>12.1f}"
             )
-    print(f"cohort_vs_fast_min={min(ratios):.2f} cohort_vs_fast_max={max(ratios):.2f}")
+    print(f"cohort_vs_fast_min={min(vs_fast):.2f} cohort_vs_fast_max={max(vs_fast):.2f}")
+    whole = {}
+    for flight in (50, 10):
+        ratios = [r for (part, config), r in vs_raw.items() if part == "dirichlet" and IN_FLIGHT[config] == flight]
+        whole[flight] = f"{statistics.median(ratios):.2f}" if ratios else "nan"
+    print(f"cohort_vs_raw_whole_50={whole[50]} cohort_vs_raw_whole_10={whole[10]}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--whole-runs", action="store_true", help="time whole runs, fast against cohort")
+    parser.add_argument("--whole-runs", action="store_true", help="time whole runs: fast, cohort, raw loop")
     parser.add_argument("--updates", type=int, default=600, help="whole runs: updates per run (about)")
     parser.add_argument("--configs", nargs="+", choices=list(WHOLE_RUNS), default=list(WHOLE_RUNS))
     parser.add_argument("--partitions", nargs="+", choices=["iid", "dirichlet"], default=["iid", "dirichlet"])

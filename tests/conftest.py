@@ -23,6 +23,15 @@ def _no_leaked_threads():
     assert not leaked, f"leaked threads: {leaked}"
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for tiny models: faster, and it does not fight a busy machine for cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def make_trainer(tmp_path, algorithm, **kwargs) -> FederatedTrainer:
     """A quiet trainer writing into ``tmp_path``."""
     kwargs.setdefault("num_clients", 10)

@@ -376,8 +376,6 @@ def test_batch_norm_and_unsupported_training_set_ups_are_refused_with_the_way_ou
     with pytest.raises(ValueError, match=r"BatchNorm layers .*norm='group'"):
         CohortTrainer(ResNet20(in_channels=1), shards, 10)
     CohortTrainer(ResNet20(in_channels=1, norm="group"), shards, 10)  # the GroupNorm variant is supported
-    with pytest.raises(ValueError, match=r"without momentum, got momentum=0\.9"):
-        CohortTrainer(LeNet5(momentum=0.9), shards, 10)
     with pytest.raises(ValueError, match="one parameter group and no learning-rate scheduler"):
         CohortTrainer(DropoutNet(), shards, 10)
     with pytest.raises(ValueError, match="cannot run the client callback FreshModelMerge"):

@@ -52,13 +52,7 @@ CASES: dict[str, tuple[Callable[[], nn.Module], Callable[[int], Tensor], int]] =
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models are tiny: one intra-op thread is faster and does not fight a busy machine for cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # these models are tiny
 
 
 def _quiet(model: nn.Module) -> nn.Module:

@@ -1,0 +1,228 @@
+"""The cohort engine's padded steps: one batched call per local step whatever the clients' shard sizes, with the
+``fast`` engine's results (smaller batches padded with zero-weight samples, finished jobs sitting out)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import global_weights, run
+
+from lit_asyncfl.algorithms import FedAvg
+from lit_asyncfl.client_callbacks import LearningRateDecay, ProximalTerm
+from lit_asyncfl.core.update import ClientJob, JobTiming
+from lit_asyncfl.data import ClientShards, DigitsDataModule
+from lit_asyncfl.engines import CohortTrainer, LocalTrainer
+from lit_asyncfl.models import LeNet5
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def shards():
+    """Dirichlet shards: unequal sizes, so unequal numbers of steps and smaller last batches."""
+    dm = DigitsDataModule(partition="dirichlet", alpha=0.5, batch_size=10)
+    dm.setup("fit")
+    return dm.client_shards(12, seed=0)
+
+
+def double(shards: ClientShards) -> ClientShards:
+    return ClientShards(shards.inputs.double(), shards.targets, [i.numpy() for i in shards.indices])
+
+
+def job(client: int, epochs: int, seed: int, base_version: int = 0) -> ClientJob:
+    return ClientJob(client, client, base_version, 0.0, JobTiming(0, 0, 0), seed, epochs)
+
+
+def engines(model, shards, callbacks=(), min_batched=1):
+    """The fast and cohort engines of ``model`` (the cohort batching every step, its calls counted) and the start
+    weights."""
+    fast, cohort = LocalTrainer(model, shards, 10, callbacks), CohortTrainer(model, shards, 10, callbacks)
+    cohort.min_batched = min_batched
+    return fast, cohort, CountCalls(cohort), fast.flat.read()
+
+
+class CountCalls:
+    """Counts the batched calls of a cohort engine and the jobs in each."""
+
+    def __init__(self, cohort: CohortTrainer) -> None:
+        self.sizes: list[int] = []
+        for name in ("_step", "_padded_step"):
+            setattr(cohort, name, self.wrap(getattr(cohort, name)))
+
+    def wrap(self, step):
+        def counted(params, *args):
+            self.sizes.append(next(iter(params.values())).shape[0])
+            return step(params, *args)
+
+        return counted
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_unequal_shards_train_in_one_call_per_step_with_the_fast_engines_weights(epochs, shards):
+    torch.manual_seed(0)
+    model = LeNet5(lr=0.05)
+    fast, cohort, calls, start = engines(model, shards)  # every step batched, even those of a single job
+    assert cohort.no_padding_because is None  # a mean-reduced cross-entropy: padding is exact
+    clients = list(range(12))
+    sizes = [shards.num_samples(c) for c in clients]
+    steps = [-(-n // 10) for n in sizes]
+    assert len(set(steps)) >= 3 and any(n % 10 for n in sizes)  # unequal steps and smaller last batches
+    jobs = [job(c, epochs, seed=20 + c) for c in clients]
+    starts = [start + 0.01 * (k % 3) for k in range(len(jobs))]  # jobs may start from different global versions
+    updates = cohort.train_many(jobs, starts)
+    # One call per local step of the longest job; the k-th call holds the jobs with more than k steps.
+    total = [epochs * s for s in steps]
+    if epochs == 1:
+        assert calls.sizes == [sum(s > k for s in total) for k in range(max(total))]
+    else:  # E > 1: jobs of unequal shards are at other epochs and batch indices: grouped by them (documented)
+        assert len(calls.sizes) < sum(total)
+    for j, w0, update in zip(jobs, starts, updates):
+        expected = fast.train(j, w0)
+        assert update.job is j and update.num_steps == expected.num_steps == epochs * -(
+            -shards.num_samples(j.client) // 10
+        )
+        torch.testing.assert_close(update.weights, expected.weights, rtol=0, atol=1e-6)
+        assert update.train_loss == pytest.approx(expected.train_loss, abs=1e-6)
+        assert update.metrics["train_loss"] == pytest.approx(expected.metrics["train_loss"], abs=1e-6)
+
+
+def test_padded_steps_in_float64_equal_fast_to_rounding_also_under_weight_decay_prox_and_lr_decay(shards):
+    """Weight decay would change a finished job's weights if it did not sit out its cohort's remaining steps."""
+    torch.manual_seed(0)
+    callbacks = [ProximalTerm(mu=0.5), LearningRateDecay(0.9)]
+    fast, cohort, calls, start = engines(LeNet5(lr=0.05, weight_decay=0.05).double(), double(shards), callbacks)
+    assert cohort.no_padding_because is None
+    jobs = [job(c, 1, seed=40 + c, base_version=c % 3) for c in range(12)]
+    updates = cohort.train_many(jobs, [start] * len(jobs))
+    assert len(calls.sizes) == max(u.num_steps for u in updates) and min(calls.sizes) < len(jobs)  # some sat out
+    for update, j in zip(updates, jobs):
+        expected = fast.train(j, start)
+        assert update.num_steps == expected.num_steps
+        torch.testing.assert_close(update.weights, expected.weights, rtol=0, atol=1e-12)
+
+
+class SummedLoss(LeNet5):
+    """A sum-reduced loss: padding with zero-weight samples would divide it by the wrong count."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self(x), y, reduction="sum") * 0.01
+
+
+class CoupledLoss(LeNet5):
+    """A loss that couples a batch's samples (centred logits): not a mean of per-sample terms."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        out = self(x)
+        return F.cross_entropy(out - out.mean(0), y)
+
+
+@pytest.mark.parametrize("module", [SummedLoss, CoupledLoss])
+def test_a_loss_that_is_not_a_per_sample_mean_is_not_padded_and_still_matches_fast(module, shards):
+    torch.manual_seed(0)
+    fast, cohort, calls, start = engines(module(lr=0.05), shards)
+    assert "not the mean of its per-sample values" in cohort.no_padding_because
+    jobs = [job(c, 1, seed=60 + c) for c in range(8)]
+    updates = cohort.train_many(jobs, [start] * len(jobs))
+    assert len(calls.sizes) > max(u.num_steps for u in updates)  # grouped by batch shape instead
+    for update, j in zip(updates, jobs):
+        torch.testing.assert_close(update.weights, fast.train(j, start).weights, rtol=0, atol=1e-6)
+
+
+def test_a_whole_padded_run_equals_fast_within_tolerance_and_is_deterministic(tmp_path):
+    def go(engine, name):
+        return run(
+            tmp_path / name,
+            FedAvg(clients_per_round=8),
+            model_seed=0,
+            max_versions=3,
+            engine=engine,
+            data_kwargs={"partition": "dirichlet", "alpha": 0.5},
+        )
+
+    fast, cohort, again = go("fast", "f"), go("cohort", "c"), go("cohort", "c2")
+    assert cohort.simulator.executor.cohort_sizes == [8, 8, 8]  # a round's jobs in one cohort
+    torch.testing.assert_close(global_weights(cohort), global_weights(fast), rtol=0, atol=1e-5)
+    assert torch.equal(global_weights(cohort), global_weights(again))
+
+
+class ConfiguredSGD(LeNet5):
+    """LeNet-5 with any SGD settings."""
+
+    def __init__(self, **sgd):
+        super().__init__(lr=0.05)
+        self.sgd = sgd
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05, **self.sgd)
+
+
+@pytest.mark.parametrize(
+    "sgd",
+    [
+        {"momentum": 0.9},
+        {"momentum": 0.5, "dampening": 0.3, "weight_decay": 0.01},
+        {"momentum": 0.9, "nesterov": True, "weight_decay": 0.01},
+    ],
+    ids=["momentum", "dampening", "nesterov"],
+)
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_momentum_sgd_runs_as_batched_buffers_equal_to_fast(sgd, epochs, shards):
+    """One momentum buffer per job, started at its first step; with two epochs jobs of unequal shards step in
+    groups that are not the first rows (the gather/scatter path of the buffers)."""
+    shards64 = double(shards)
+    torch.manual_seed(0)
+    fast, cohort, _, start = engines(ConfiguredSGD(**sgd).double(), shards64, min_batched=2)
+    jobs = [job(c, epochs, seed=70 + c) for c in range(10)]
+    plain = CohortTrainer(ConfiguredSGD().double(), shards64, 10).train_many(jobs, [start] * len(jobs))
+    for update, j, p in zip(cohort.train_many(jobs, [start] * len(jobs)), jobs, plain):
+        torch.testing.assert_close(update.weights, fast.train(j, start).weights, rtol=0, atol=1e-12)
+        assert (update.weights - p.weights).abs().max() > 1e-4  # momentum really acts
+
+
+def test_maximizing_sgd_is_refused_naming_the_fast_engine(shards):
+    with pytest.raises(ValueError, match=r"got maximize=True; use engine='fast'"):
+        CohortTrainer(ConfiguredSGD(maximize=True), shards, 10)
+
+
+class ConfiguredAdam(LeNet5):
+    """LeNet-5 with Adam or AdamW."""
+
+    def __init__(self, optimizer=torch.optim.Adam, **settings):
+        super().__init__(lr=0.01)
+        self.optimizer, self.settings = optimizer, settings
+
+    def configure_optimizers(self):
+        return self.optimizer(self.parameters(), lr=0.01, **self.settings)
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "settings"),
+    [
+        (torch.optim.Adam, {}),
+        (torch.optim.Adam, {"weight_decay": 0.01, "betas": (0.8, 0.99), "eps": 1e-6}),
+        (torch.optim.AdamW, {"weight_decay": 0.05}),
+    ],
+    ids=["adam", "adam-l2", "adamw"],
+)
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_adam_runs_as_batched_moments_equal_to_fast(optimizer, settings, epochs, shards):
+    """Two moment estimates per job and the bias corrections of its own step count, with FedProx's term and the
+    learning-rate decay of FedADT on top; in float64 equal to fast to rounding."""
+    shards64 = double(shards)
+    torch.manual_seed(0)
+    callbacks = [ProximalTerm(mu=0.1), LearningRateDecay(0.9)]
+    model = ConfiguredAdam(optimizer, **settings).double()
+    fast, cohort, _, start = engines(model, shards64, callbacks, min_batched=2)
+    jobs = [job(c, epochs, seed=80 + c, base_version=c % 3) for c in range(10)]
+    sgd = CohortTrainer(ConfiguredSGD().double(), shards64, 10, callbacks).train_many(jobs, [start] * len(jobs))
+    for update, j, s in zip(cohort.train_many(jobs, [start] * len(jobs)), jobs, sgd):
+        torch.testing.assert_close(update.weights, fast.train(j, start).weights, rtol=0, atol=1e-12)
+        assert (update.weights - s.weights).abs().max() > 1e-3  # not SGD
+
+
+def test_amsgrad_is_refused_naming_the_fast_engine(shards):
+    with pytest.raises(ValueError, match=r"Adam without amsgrad.*use engine='fast'"):
+        CohortTrainer(ConfiguredAdam(amsgrad=True), shards, 10)
