@@ -105,11 +105,11 @@ def test_a_run_with_carried_state_resumes_exactly_across_executors(tmp_path, loc
 
 
 def test_a_job_parked_at_its_request_while_another_trains_ends_as_if_trained_whole():
-    """Two parts on a JobRunner (the first, another job trained whole on the same runner, then the rest with the
+    """Two parts on a _JobRunner (the first, another job trained whole on the same runner, then the rest with the
     server's answer) give the engine's one-go training: the same weights and what FedASMU's merge learned."""
     from lit_asyncfl.core.update import ClientJob, JobTiming
     from lit_asyncfl.executors.factory import make_local_trainer
-    from lit_asyncfl.executors.ray.worker import JobRunner
+    from lit_asyncfl.executors.ray.worker import _JobRunner
 
     merge = PRESETS["fedasmu"]().client_callbacks[0]
     merge.on_fit_start(4)
@@ -131,7 +131,7 @@ def test_a_job_parked_at_its_request_while_another_trains_ends_as_if_trained_who
 
     first, second = job(0, 1), job(1, 2)
     states = [merge.job_state(first)], [merge.job_state(second)]
-    runner = JobRunner(engine([merge]))
+    runner = _JobRunner(engine([merge]))
     runner.first_part(first, start, states[0])
     other, _ = runner.train(second, start, states[1])
     parted, learned = runner.next_part(first, fresh)

@@ -26,8 +26,8 @@ from lit_asyncfl.engines.base import generators_kept
 from lit_asyncfl.executors.ray.placement import _due, _Failed, _Placement, _Shipped
 from lit_asyncfl.executors.ray.worker import (
     _IDLE,
-    JobRunner,
     _import_ray,
+    _JobRunner,
     _torch_settings,
     _Worker,
     carried,
@@ -277,7 +277,7 @@ class RayExecutor(_Placement):
             threads = torch.get_num_threads()
             torch.set_num_threads(self._threads)
             try:
-                self._here = JobRunner(make_trainer(self._device))
+                self._here = _JobRunner(make_trainer(self._device))
             finally:
                 torch.set_num_threads(threads)
         self.stats = dict.fromkeys(

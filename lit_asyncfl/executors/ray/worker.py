@@ -78,7 +78,7 @@ def carried(callbacks: Sequence[Any]) -> list[Any]:
 Result = tuple[ClientUpdate, _Wire, list[Any]]
 
 
-class JobRunner:
+class _JobRunner:
     """Trains jobs with copies of a run's engine: whole, or in two parts around their request to the server (the
     part before it ahead of the request's event; the job then waits, parked with an engine of its own, for the
     server's answer). Each job first takes over the state its carried callbacks need (:func:`carried`) and gives
@@ -184,10 +184,10 @@ def _wire_fresh(fresh: tuple[_Wire, int] | None) -> tuple[Tensor, int] | None:
 
 class _Worker:
     """A Ray actor: builds a run's engine once (the module copy and every client's data stay resident) and trains
-    the jobs sent to it (a :class:`JobRunner`)."""
+    the jobs sent to it (a :class:`_JobRunner`)."""
 
     def __init__(self) -> None:
-        self.runner: JobRunner | None = None
+        self.runner: _JobRunner | None = None
 
     def load(
         self, make_trainer: Callable[[torch.device], Any], device: str, num_threads: int, settings: dict[str, Any]
@@ -195,7 +195,7 @@ class _Worker:
         torch.set_num_threads(num_threads)
         _apply_torch_settings(settings)
         self.runner = None  # the previous run's engine goes first
-        self.runner = JobRunner(make_trainer(torch.device(device)))
+        self.runner = _JobRunner(make_trainer(torch.device(device)))
 
     def unload(self) -> None:
         self.runner = None  # an idle worker keeps no run's model or data
