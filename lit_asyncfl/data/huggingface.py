@@ -210,4 +210,3 @@ class HuggingFaceDataModule(FederatedDataModule):
             self.val_set = Subset(val, held.tolist())
             self.train_set = Subset(train, kept.tolist())
             self.train_columns = {k: v[kept] for k, v in columns.items()}
-
