@@ -33,10 +33,10 @@ class AlexNet(ClassificationModule):
         weight_decay: L2 penalty.
 
     Example:
-        >>> import torch
-        >>> AlexNet(width=0.25)(torch.zeros(2, 3, 32, 32)).shape
+        >>> from torch import zeros
+        >>> AlexNet(width=0.25)(zeros(2, 3, 32, 32)).shape
         torch.Size([2, 10])
-        >>> AlexNet(in_channels=1, input_size=28, width=0.25)(torch.zeros(2, 1, 28, 28)).shape
+        >>> AlexNet(in_channels=1, input_size=28, width=0.25)(zeros(2, 1, 28, 28)).shape
         torch.Size([2, 10])
     """
 
