@@ -56,7 +56,7 @@ class JobLifecycle:
         client, now = int(client), self.now
         if self.busy[client]:
             raise RuntimeError(f"client {client} is already training")
-        if not self.always_online and not self.availability.is_online(client, now):
+        if not self._always_online and not self.availability.is_online(client, now):
             raise RuntimeError(f"client {client} is offline at virtual time {now}")
         n = int(self.num_samples[client])
         per_epoch = steps_per_epoch(n, self.batch_size, self.drop_last)
@@ -94,7 +94,7 @@ class JobLifecycle:
             job.request_fraction = samples_before_step(n, self.batch_size, step, self.drop_last) / work
         else:
             job.arrival_time = now + timing.total
-        if not self.always_online:
+        if not self._always_online:
             self._plan_drop(job, now)
         self.busy[client] = True
         self.in_flight[job_id] = job

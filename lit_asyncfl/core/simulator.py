@@ -112,7 +112,7 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
         self.availability.setup(len(num_samples), seed)
         #: Every device online at all times and no crash (the default): the simulator then asks the availability
         #: nothing (its answers are known).
-        self.always_online = self.availability.always_online
+        self._always_online = self.availability.always_online
         self.on_client_error = on_client_error
         self.server = server
         server.seed = seed
@@ -166,7 +166,7 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
 
     def idle_online(self) -> np.ndarray:
         """The clients that are idle and online now (ascending)."""
-        if self.always_online:
+        if self._always_online:
             return np.flatnonzero(~self.busy)
         return np.flatnonzero(~self.busy & self.availability.online(self.now))
 
