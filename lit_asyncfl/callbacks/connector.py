@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lit_asyncfl")
 
+#: The hooks called during the loop (per event or per version), each only on the callbacks that implement it.
+LOOP_HOOKS = ("on_new_version", "on_evaluation_end", "on_scheduler_metrics", "on_client_update", "on_event_end")
+
 
 def configure_callbacks(
     callbacks: Sequence[Callback] | Callback | None,
@@ -92,6 +95,13 @@ def lightning_callback_message(cb: object) -> str:
     )
 
 
+def _listens(cb: Callback, hook: str) -> bool:
+    """Whether ``cb`` implements ``hook`` (a run checkpoint without an interval has nothing to do after an event)."""
+    if hook == "on_event_end" and isinstance(cb, RunCheckpoint) and not cb.periodic:
+        return False
+    return is_overridden(hook, cb, Callback)
+
+
 class CallbackConnector(SimulationObserver):
     """Connects a fit's simulator to the trainer's evaluation and run callbacks.
 
@@ -112,18 +122,16 @@ class CallbackConnector(SimulationObserver):
 
     def __init__(self, trainer: FederatedTrainer) -> None:
         self.trainer = trainer
-        self.callbacks = trainer.callbacks
         self.evaluation = trainer.evaluation
-        self._event_end: list[Callback] = []
-        self._client_update: list[Callback] = []
         #: The first exception a callback raised inside the current event (raised at its end).
         self.pending: BaseException | None = None
+        self.setup()
 
     def setup(self) -> None:
-        """Take the trainer's callbacks as they are at the start of a fit."""
+        """Take the trainer's callbacks as they are at the start of a fit, and for each hook called during the loop
+        the ones that implement it (only those are called: the others' hooks do nothing)."""
         self.callbacks = self.trainer.callbacks
-        self._event_end = [cb for cb in self.callbacks if is_overridden("on_event_end", cb, Callback)]
-        self._client_update = [cb for cb in self.callbacks if is_overridden("on_client_update", cb, Callback)]
+        self._listeners = {hook: [cb for cb in self.callbacks if _listens(cb, hook)] for hook in LOOP_HOOKS}
         self.pending = None
 
     def call(self, hook: str, *args: Any) -> None:
@@ -143,12 +151,12 @@ class CallbackConnector(SimulationObserver):
                 errors.append(error)
         return errors
 
-    def _call_in_event(self, hook: str, callbacks: Sequence[Callback], *args: Any) -> None:
-        """Call ``hook`` of ``callbacks``; an exception is kept for the end of the event (the first one) or, outside
-        an event, raised once every callback had the hook."""
+    def _call_in_event(self, hook: str, *args: Any) -> None:
+        """Call ``hook`` of the callbacks that implement it; an exception is kept for the end of the event (the first
+        one) or, outside an event, raised once every callback had the hook."""
         sim = self.trainer.simulator
         first: Exception | None = None
-        for cb in callbacks:
+        for cb in self._listeners[hook]:
             try:
                 getattr(cb, hook)(self.trainer, *args)
             except Exception as error:
@@ -176,7 +184,7 @@ class CallbackConnector(SimulationObserver):
         """``on_event_end`` of the callbacks that have one; whether the run should stop (an exception a callback
         raised during the event is raised first)."""
         self.raise_pending()
-        for cb in self._event_end:
+        for cb in self._listeners["on_event_end"]:
             cb.on_event_end(self.trainer)
         return self.trainer.should_stop
 
@@ -184,10 +192,11 @@ class CallbackConnector(SimulationObserver):
         """Evaluate the current global model and call ``on_evaluation_end`` with its row."""
         row = self.evaluation.run(sim)
         if row is not None:
-            self._call_in_event("on_evaluation_end", self.callbacks, row)
+            self._call_in_event("on_evaluation_end", row)
 
     def current_metrics(self, sim: Simulator) -> dict[str, Any]:
-        """The evaluation row of the current global version (evaluated now if not yet): the simulator's evaluator."""
+        """The evaluation row of the current global version of ``sim`` (evaluated now if not yet): the simulator's
+        evaluator."""
         if not self.evaluation.has(sim.server.version):
             self.evaluate(sim)
         if not self.evaluation.has(sim.server.version):
@@ -195,14 +204,14 @@ class CallbackConnector(SimulationObserver):
         return self.evaluation.history[-1]
 
     def on_new_version(self, sim: Simulator) -> None:
-        self._call_in_event("on_new_version", self.callbacks)
+        self._call_in_event("on_new_version")
         if self.evaluation.is_due(sim.server.version):
             self.evaluate(sim)
 
     def on_update(self, sim: Simulator, update: ClientUpdate, aggregated: bool) -> None:
-        self._call_in_event("on_client_update", self._client_update, update, aggregated)
+        self._call_in_event("on_client_update", update, aggregated)
 
     def on_log(self, sim: Simulator, metrics: dict[str, Any]) -> None:
         if self.evaluation.has(sim.server.version):  # they join that version's evaluation row
             self.evaluation.history[-1].update(metrics)
-        self._call_in_event("on_scheduler_metrics", self.callbacks, metrics)
+        self._call_in_event("on_scheduler_metrics", metrics)

@@ -46,6 +46,11 @@ class RunCheckpoint(Callback):
         self.every_n_seconds = every_n_seconds
         self._last_write = 0.0
 
+    @property
+    def periodic(self) -> bool:
+        """Whether it writes during the run (an interval is set), not only at its end and on failure."""
+        return self.every_n_events is not None or self.every_n_seconds is not None
+
     def path(self, trainer: FederatedTrainer) -> str:
         """Where the checkpoint goes."""
         return os.path.join(trainer.log_dir, self.FILENAME)

@@ -52,11 +52,12 @@ class ArrivalQueue:
         An update whose callbacks need server compute (``processing_time`` > 0) occupies the server until a
         ``processed`` event; arrivals meanwhile wait, so the new version appears only when the work is done.
         """
-        while self.waiting and not self.holding and self.now >= self.server_busy_until:
+        now = self.now  # (the time of the event being processed)
+        while self.waiting and not self.holding and now >= self.server_busy_until:
             job_id, (job, update) = next(iter(self.waiting.items()))
             cost = self.server.processing_time(update)
             if cost > 0:
-                self.server_busy_until = self.now + cost
+                self.server_busy_until = now + cost
                 self.queue.push(self.server_busy_until, "processed", job_id=job_id)
                 return
             del self.waiting[job_id]
@@ -64,7 +65,8 @@ class ArrivalQueue:
 
     def _process(self, job: ClientJob, update: ClientUpdate) -> None:
         version = self.server.version
-        self.scheduler.on_arrival(self, update)
+        if self._hears_arrivals:
+            self.scheduler.on_arrival(self, update)
         aggregated = self.server.receive(update)
         if aggregated:
             self._new_version()

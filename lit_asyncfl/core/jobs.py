@@ -53,11 +53,11 @@ class JobLifecycle:
                 job runs that many steps, mid-epoch if need be, and its compute time is that of the samples those
                 steps process (:func:`samples_before_step`); ``None``: ``local_epochs`` whole epochs.
         """
-        client = int(client)
+        client, now = int(client), self.now
         if self.busy[client]:
             raise RuntimeError(f"client {client} is already training")
-        if not self.availability.is_online(client, self.now):
-            raise RuntimeError(f"client {client} is offline at virtual time {self.now}")
+        if not self._always_online and not self.availability.is_online(client, now):
+            raise RuntimeError(f"client {client} is offline at virtual time {now}")
         n = int(self.num_samples[client])
         per_epoch = steps_per_epoch(n, self.batch_size, self.drop_last)
         if local_steps is None:
@@ -78,7 +78,7 @@ class JobLifecycle:
             job_id=job_id,
             client=client,
             base_version=self.server.version,
-            dispatch_time=self.now,
+            dispatch_time=now,
             timing=timing,
             seed=derive_seed(self.seed, client, job_id),
             local_epochs=epochs,
@@ -93,8 +93,9 @@ class JobLifecycle:
             job.request_step = step
             job.request_fraction = samples_before_step(n, self.batch_size, step, self.drop_last) / work
         else:
-            job.arrival_time = self.now + timing.total
-        self._plan_drop(job)
+            job.arrival_time = now + timing.total
+        if not self._always_online:
+            self._plan_drop(job, now)
         self.busy[client] = True
         self.in_flight[job_id] = job
         self._hold_snapshot(job.base_version, self.server.weights)
@@ -109,16 +110,16 @@ class JobLifecycle:
             self.queue.push(job.arrival_time, "arrival", job_id=job_id)
         return job
 
-    def _plan_drop(self, job: ClientJob) -> None:
+    def _plan_drop(self, job: ClientJob, now: float) -> None:
         """When the job will be lost, if at all: its device goes offline, or it crashes (at a point drawn uniformly
         over its planned duration — download, compute, upload; not a mid-training request's extra download — from a
         stream keyed by the job)."""
-        offline = self.availability.next_offline(job.client, self.now)
+        offline = self.availability.next_offline(job.client, now)
         if offline < math.inf:
             job.drop_time, job.drop_reason = offline, "offline"
         if self.availability.crash_probability > 0:
             coin, where = np.random.default_rng([self.seed, CRASH_STREAM, job.job_id]).random(2)
-            crash = self.now + float(where) * job.timing.total
+            crash = now + float(where) * job.timing.total
             if float(coin) < self.availability.crash_probability and crash < job.drop_time:
                 job.drop_time, job.drop_reason = crash, "crash"
 

@@ -15,6 +15,10 @@ from lit_asyncfl.functional.aggregation import weighted_average
 from lit_asyncfl.server.aggregators import Aggregator
 from lit_asyncfl.server.base import ServerCallback
 
+#: The server callbacks' hooks called for every update or version.
+_UPDATE_HOOKS = ("processing_time", "reject_update", "transform_update", "weight_update", "transform_aggregate",
+                 "on_aggregated")  # fmt: skip
+
 
 @dataclass
 class ServerStats:
@@ -116,9 +120,12 @@ class Server:
             raise ValueError(f"param_numel must be in [1, {numel}] (the weights' length), got {param_numel}")
         #: How many leading entries of the weights are parameters (the rest: floating buffers).
         self.param_numel = numel if param_numel is None else int(param_numel)
-        self._step_callbacks = [
-            cb for cb in callbacks if type(cb).transform_aggregate is not ServerCallback.transform_aggregate
-        ]
+        #: For each hook, the callbacks that implement it, in order (only those are called: the others' do nothing).
+        self._implementers = {
+            hook: [cb for cb in callbacks if getattr(type(cb), hook) is not getattr(ServerCallback, hook)]
+            for hook in _UPDATE_HOOKS
+        }
+        self._step_callbacks = self._implementers["transform_aggregate"]
         self._workspace_factory = workspace_factory
         self._workspace: Any = None
         #: Batches each BatchNorm layer of the global model has counted since the start (``int64``; ``None``: no
@@ -152,7 +159,7 @@ class Server:
     def processing_time(self, update: ClientUpdate) -> float:
         """Virtual seconds the callbacks will spend on ``update`` if processed now."""
         update.staleness = self.version - update.base_version
-        return float(sum(cb.processing_time(self, update) for cb in self.callbacks))
+        return float(sum(cb.processing_time(self, update) for cb in self._implementers["processing_time"]))
 
     def receive(self, update: ClientUpdate) -> bool:
         """Process one arriving update; return whether the global model moved to a new version."""
@@ -164,7 +171,7 @@ class Server:
         stats.bytes_up += update.weights.numel() * update.weights.element_size()
 
         reason, kind = self.invalid_reason(update), "rejected"
-        for cb in self.callbacks:
+        for cb in self._implementers["reject_update"]:
             if reason is not None:
                 break
             reason, kind = cb.reject_update(self, update), cb.rejection_kind
@@ -173,10 +180,10 @@ class Server:
             stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
             return False
 
-        for cb in self.callbacks:
+        for cb in self._implementers["transform_update"]:
             update = cb.transform_update(self, update)
         weight = 1.0
-        for cb in self.callbacks:
+        for cb in self._implementers["weight_update"]:
             weight = cb.weight_update(self, update, weight)
         self.aggregator.add(self, update, weight)
         return self.flush() if self.aggregator.ready() else False
@@ -212,7 +219,7 @@ class Server:
         self.version += 1
         self.stats.aggregated += len(updates)
         self.aggregator.on_aggregated(self, updates)
-        for cb in self.callbacks:
+        for cb in self._implementers["on_aggregated"]:
             cb.on_aggregated(self, updates)
         return True
 

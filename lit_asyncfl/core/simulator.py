@@ -70,7 +70,8 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
         client_callbacks: Client callbacks (their state is checkpointed with the simulation).
         profiles: The clients' device profiles, when drawn beforehand (see :func:`sample_profiles`).
         drop_last: Local epochs drop their last incomplete batch (fewer steps and samples per job).
-        evaluator: Evaluates the current global model and returns its metrics (see :meth:`evaluate`).
+        evaluator: Evaluates the current global model of the simulator it is given and returns its metrics (see
+            :meth:`evaluate`).
         observers: Told of each new global version and of the metrics schedulers log.
         on_client_error: What an exception in a client job does: ``"raise"`` ends the run with a
             :class:`ClientJobError` raised at the event boundary before the failing event (nothing of that event
@@ -99,7 +100,7 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
         client_callbacks: Sequence[ClientCallback] = (),
         profiles: DeviceProfiles | None = None,
         drop_last: bool = False,
-        evaluator: Callable[[], dict[str, Any]] | None = None,
+        evaluator: Callable[[Simulator], dict[str, Any]] | None = None,
         observers: Sequence[SimulationObserver] = (),
         on_client_error: str = "raise",
         availability: Availability | None = None,
@@ -109,6 +110,9 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
         self.client_state = client_state
         self.availability = availability if availability is not None else AlwaysAvailable()
         self.availability.setup(len(num_samples), seed)
+        #: Every device online at all times and no crash (the default): the simulator then asks the availability
+        #: nothing (its answers are known).
+        self._always_online = self.availability.always_online
         self.on_client_error = on_client_error
         self.server = server
         server.seed = seed
@@ -147,6 +151,7 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
         #: When the scheduler will be woken because an offline idle device comes back (``None``: no wake pending).
         self.wake_at: float | None = None
         self._wakes = type(scheduler).on_online is not Scheduler.on_online  # only a scheduler that listens
+        self._hears_arrivals = type(scheduler).on_arrival is not Scheduler.on_arrival  # (told before the server)
 
     # -- time and state seen by schedulers -------------------------------------------------------------------------
     @property
@@ -161,6 +166,8 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
 
     def idle_online(self) -> np.ndarray:
         """The clients that are idle and online now (ascending)."""
+        if self._always_online:
+            return np.flatnonzero(~self.busy)
         return np.flatnonzero(~self.busy & self.availability.online(self.now))
 
     def sample_idle(self, k: int) -> np.ndarray:
@@ -205,7 +212,7 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
         """Metrics of the current global model (``accuracy``, ``loss``, ...), from the trainer's evaluation."""
         if self.evaluator is None:
             raise RuntimeError("this simulator has no evaluator (the FederatedTrainer passes one)")
-        return self.evaluator()
+        return self.evaluator(self)
 
     def log(self, metrics: dict[str, Any]) -> None:
         """Log scheduler metrics (e.g. a round's latency and reward) at the current version and virtual time."""

@@ -17,7 +17,7 @@ from lit_asyncfl.core.workspace import _no_log
 from lit_asyncfl.data.shards import steps_per_epoch
 from lit_asyncfl.engines.kernels import OneDNN
 from lit_asyncfl.loops.job_trainer import JobTrainer
-from lit_asyncfl.loops.validation_loop import JobLog
+from lit_asyncfl.loops.log import JobLog
 
 
 class FastEngine(LocalEngine):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from lit_asyncfl.checks import check_int, check_number
-from lit_asyncfl.models.base import MAX_WIDTH, ClassificationModule
+from lit_asyncfl.models.base import MAX_WIDTH, ClassificationModule, feature_size
 
 
 class AlexNet(ClassificationModule):
@@ -34,9 +33,10 @@ class AlexNet(ClassificationModule):
         weight_decay: L2 penalty.
 
     Example:
-        >>> AlexNet(width=0.25)(torch.zeros(2, 3, 32, 32)).shape
+        >>> from torch import zeros
+        >>> AlexNet(width=0.25)(zeros(2, 3, 32, 32)).shape
         torch.Size([2, 10])
-        >>> AlexNet(in_channels=1, input_size=28, width=0.25)(torch.zeros(2, 1, 28, 28)).shape
+        >>> AlexNet(in_channels=1, input_size=28, width=0.25)(zeros(2, 1, 28, 28)).shape
         torch.Size([2, 10])
     """
 
@@ -79,8 +79,7 @@ class AlexNet(ClassificationModule):
             nn.MaxPool2d(2),
             nn.Flatten(),
         )
-        with torch.no_grad():
-            flat = features(torch.zeros(1, in_channels, input_size, input_size)).shape[1]
+        flat = feature_size(features, in_channels, input_size)
         self.net = nn.Sequential(
             features,
             nn.Dropout(dropout),

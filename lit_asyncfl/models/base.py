@@ -115,6 +115,18 @@ class ClassificationModule(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
 
+def feature_size(features: nn.Module, in_channels: int, input_size: int) -> int:
+    """Length of the flat features ``features`` (ending in ``nn.Flatten``) makes of one ``input_size`` x
+    ``input_size`` image with ``in_channels`` channels: the input width of the classifier after them.
+
+    Example:
+        >>> feature_size(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten()), in_channels=3, input_size=8)
+        144
+    """
+    with torch.no_grad():
+        return features(torch.zeros(1, in_channels, input_size, input_size)).shape[1]
+
+
 _NORM_LAYERS: dict[str, Callable[[int, int], nn.Module]] = {
     "batch": lambda channels, groups: nn.BatchNorm2d(channels),
     "group": lambda channels, groups: nn.GroupNorm(groups, channels),

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from lit_asyncfl.checks import check_int
-from lit_asyncfl.models.base import ClassificationModule
+from lit_asyncfl.models.base import ClassificationModule, feature_size
 
 
 class LeNet5(ClassificationModule):
@@ -25,6 +24,7 @@ class LeNet5(ClassificationModule):
         weight_decay: L2 penalty.
 
     Example:
+        >>> import torch
         >>> model = LeNet5(input_size=8)
         >>> model(torch.zeros(2, 1, 8, 8)).shape
         torch.Size([2, 10])
@@ -57,8 +57,7 @@ class LeNet5(ClassificationModule):
             nn.MaxPool2d(2),
             nn.Flatten(),
         )
-        with torch.no_grad():
-            flat = features(torch.zeros(1, in_channels, input_size, input_size)).shape[1]
+        flat = feature_size(features, in_channels, input_size)
         self.net = nn.Sequential(
             features,
             nn.Linear(flat, 120),

@@ -122,7 +122,7 @@ def build_run(
         model_bytes=flat.nbytes,
         client_callbacks=algo.client_callbacks,
         profiles=profiles,
-        evaluator=lambda: hooks.current_metrics(sim),
+        evaluator=hooks.current_metrics,
         observers=[hooks],
         on_client_error=trainer.on_client_error,
         availability=trainer.availability,

@@ -52,7 +52,7 @@ def make_sim(compute, scheduler, server_bandwidth=100.0, accuracy=0.5):
 
     sim = Simulator(
         server, scheduler, ShiftExecutor(), net, [10] * n, 1, 10, seed=0, model_bytes=8, profiles=profiles,
-        evaluator=lambda: {"accuracy": accuracy, "loss": 1.0}, observers=[Recorder()],
+        evaluator=lambda sim: {"accuracy": accuracy, "loss": 1.0}, observers=[Recorder()],
     )  # fmt: skip
     return sim, logged
 

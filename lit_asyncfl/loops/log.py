@@ -1,0 +1,194 @@
+"""``self.log`` and ``self.log_dict`` for a module that no ``lightning.Trainer`` runs, reduced as Lightning reduces
+them: :class:`EpochLog` over an evaluation epoch (the global evaluation), :class:`JobLog` over a client job's
+``training_step`` calls (what an update reports in ``update.metrics``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.pytorch.trainer.connectors.logger_connector.fx_validator import _FxValidator  # where logging is allowed
+from lightning.pytorch.utilities.data import extract_batch_size  # Lightning's own inference of self.log's size
+from torch import Tensor
+from torchmetrics import Metric
+
+__all__ = ["EpochLog", "JobLog"]
+
+_REDUCTIONS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
+_TORCH_REDUCTIONS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+
+
+class _Entry:
+    """One logged key over an epoch: Lightning's ``_ResultMetric`` (float32 sums, batch-size weighted means)."""
+
+    def __init__(self, reduction: str) -> None:
+        self.reduction = reduction
+        self.value: Tensor | None = None
+        self.weight = torch.tensor(0.0)
+        self.metric: Metric | None = None
+        #: A metric object's value when its dataloader ended (see :meth:`EpochLog.end_dataloader`).
+        self.frozen: float | None = None
+
+    def update(self, value: Any, batch_size: int) -> None:
+        if isinstance(value, Metric):
+            self.metric = value
+            return
+        value = torch.as_tensor(value).detach().float().mean().cpu()
+        if self.reduction == "mean":
+            self.value = value * batch_size if self.value is None else self.value + value * batch_size
+            self.weight = self.weight + batch_size
+        elif self.value is None:
+            self.value = value
+        elif self.reduction == "sum":
+            self.value = self.value + value
+        else:
+            self.value = (
+                torch.maximum(self.value, value) if self.reduction == "max" else torch.minimum(self.value, value)
+            )
+
+    def compute(self) -> float:
+        if self.frozen is not None:
+            return self.frozen
+        if self.metric is not None:
+            return float(self.metric.compute())
+        assert self.value is not None
+        return float(self.value / self.weight) if self.reduction == "mean" else float(self.value)
+
+
+class EpochLog:
+    """Stands in for ``LightningModule.log``/``log_dict`` during an evaluation epoch, with Lightning's meaning.
+
+    ``on_epoch`` values are reduced with ``reduce_fx`` (``"mean"`` weighted by ``batch_size``, inferred from the
+    batch as Lightning does; ``"sum"``, ``"max"``, ``"min"``); a logged torchmetrics ``Metric`` is computed at the
+    end and reset; with several dataloaders a key gets ``/dataloader_idx_N`` unless ``add_dataloader_idx=False``;
+    ``on_step=True`` values are Lightning's per-step logger values (``<name>_step``), not part of the epoch's
+    results (with ``on_epoch=True`` too, the epoch value is ``<name>_epoch``, as Lightning names it).
+    """
+
+    def __init__(self, num_dataloaders: int) -> None:
+        self.num_dataloaders = num_dataloaders
+        self.entries: dict[tuple[str, str], tuple[_Entry, int | None]] = {}
+        self.batch: Any = None
+        self.dataloader_idx: int | None = None
+        #: The hook logging now (what may be logged where is Lightning's own rule); a key logged by two hooks keeps
+        #: the later hook's value, as in Lightning.
+        self.hook = "validation_step"
+
+    def log(
+        self,
+        name: str,
+        value: Any,
+        prog_bar: bool = False,
+        logger: bool | None = None,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: Any = "mean",
+        enable_graph: bool = False,
+        sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        add_dataloader_idx: bool = True,
+        batch_size: int | None = None,
+        metric_attribute: str | None = None,
+        rank_zero_only: bool = False,
+    ) -> None:
+        on_step, on_epoch = _FxValidator.check_logging_and_get_default_levels(self.hook, on_step, on_epoch)
+        if not isinstance(value, Metric) and torch.as_tensor(value).numel() != 1:
+            raise ValueError(
+                f"`self.log({name!r}, value)` was called, but the tensor must have a single element; "
+                f"got shape {tuple(torch.as_tensor(value).shape)} (as Lightning)"
+            )
+        if not on_epoch:
+            return  # a per-step value for the logger only: not part of the epoch's results
+        reduction = _REDUCTIONS.get(reduce_fx) if isinstance(reduce_fx, str) else _TORCH_REDUCTIONS.get(reduce_fx)
+        if reduction is None:
+            raise ValueError(
+                f"self.log({name!r}, reduce_fx={reduce_fx!r}): the global evaluation reduces with 'mean', 'sum', "
+                "'max' or 'min' (or torch.mean/sum/max/min), as Lightning does"
+            )
+        key = f"{name}_epoch" if on_step else name
+        idx = self.dataloader_idx if self.num_dataloaders > 1 and add_dataloader_idx else None
+        if idx is not None:
+            key = f"{key}/dataloader_idx_{idx}"
+        entry_key = (self.hook, key)
+        if entry_key not in self.entries:
+            self.entries[entry_key] = (_Entry(reduction), self.dataloader_idx)
+        entry, idx_logged = self.entries[entry_key]
+        if entry.reduction != reduction:
+            raise ValueError(
+                f"You called `self.log({name!r}, ...)` twice in `{self.hook}` with different reduce_fx "
+                f"({entry.reduction!r}, then {reduction!r}); this is not allowed (as Lightning)"
+            )
+        if idx_logged != self.dataloader_idx and self.num_dataloaders > 1:
+            raise ValueError(
+                f"You called `self.log({name!r}, ..., add_dataloader_idx=False)` from dataloaders {idx_logged} and "
+                f"{self.dataloader_idx}: their values would mix; log one name per dataloader (as Lightning refuses)"
+            )
+        if batch_size is None:
+            batch_size = extract_batch_size(self.batch) if self.batch is not None else 1
+        entry.update(value, batch_size or 1)
+
+    def log_dict(self, dictionary: Any, **kwargs: Any) -> None:
+        for name, value in dict(dictionary).items():
+            self.log(name, value, **kwargs)
+
+    def end_dataloader(self) -> None:
+        """Close the current dataloader, as Lightning does when the next one starts: a metric object logged under
+        its ``/dataloader_idx_N`` key keeps the value it computes now. The object is not reset in between, so
+        one object logged from two loaders reports for the second the value over both, as Lightning does."""
+        if self.num_dataloaders < 2:
+            return
+        for entry, idx in self.entries.values():
+            if idx == self.dataloader_idx and entry.metric is not None and entry.frozen is None:
+                entry.frozen = float(entry.metric.compute())
+
+    def results(self) -> list[dict[str, float]]:
+        """One dict per dataloader, as ``lightning.Trainer.validate`` returns: the keys logged while that dataloader
+        ran, plus those logged outside any dataloader (the epoch-level hooks); metric objects are reset."""
+        computed = {key: (entry.compute(), idx) for (_, key), (entry, idx) in self.entries.items()}  # later wins
+        for entry, _ in self.entries.values():
+            if entry.metric is not None:
+                entry.metric.reset()
+        out: list[dict[str, float]] = [{} for _ in range(max(self.num_dataloaders, 1))]
+        for key, (value, idx) in computed.items():
+            for i, row in enumerate(out):
+                if idx is None or idx == i:
+                    row[key] = value
+        return out
+
+
+class JobLog(EpochLog):
+    """Stands in for ``self.log`` in ``training_step`` during one client job: a logged value is reduced over the
+    job's steps (``reduce_fx``; means weighted by batch size), whatever ``on_step``/``on_epoch`` say; a logged
+    metric object reports its value when last logged (Lightning resets logged metric objects at each epoch's end,
+    so that is the last local epoch's value). A client update so reports the job's mean of what the module logs
+    (e.g. its ``train_loss``).
+
+    Example:
+        >>> log = JobLog()
+        >>> log.batch = torch.zeros(4, 1)
+        >>> log.log("train_loss", 1.0); log.batch = torch.zeros(2, 1); log.log("train_loss", 4.0)
+        >>> log.results()[0]
+        {'train_loss': 2.0}
+    """
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.hook = "training_step"
+        self.metric_values: dict[str, float] = {}
+        self.metric_objects: dict[str, Metric] = {}
+
+    def log(self, name: str, value: Any, *args: Any, on_step: bool | None = None, **kwargs: Any) -> None:
+        if isinstance(value, Metric):
+            self.metric_values[name] = float(value.compute())
+            self.metric_objects[name] = value
+            return
+        kwargs.pop("on_epoch", None)
+        super().log(name, value, *args, on_step=False, on_epoch=True, **kwargs)
+
+    def epoch_end(self) -> None:
+        """Reset the logged metric objects, as Lightning does at the end of every training epoch."""
+        for metric in self.metric_objects.values():
+            metric.reset()
+
+    def results(self) -> list[dict[str, float]]:
+        return [{**super().results()[0], **self.metric_values}]
