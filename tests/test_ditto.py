@@ -195,7 +195,7 @@ def test_determinism_and_exact_resume_with_per_client_evaluation_and_privacy(tmp
 
 def test_the_cohort_engine_refuses_it_naming_the_fast_engine(tmp_path):
     trainer = _trainer(tmp_path, Ditto(), engine="cohort", max_versions=2)
-    with pytest.raises(ValueError, match="PersonalModel.*engine='fast'"):
+    with pytest.raises(ValueError, match=r"PersonalModel.*engine='fast'"):
         trainer.fit(LogisticRegression(input_dim=64), datamodule=DigitsDataModule())
 
 
