@@ -215,3 +215,46 @@ def test_a_failed_fit_leaves_no_holdout_on_the_data_module(tmp_path):
         fit(tmp_path / "a", [PerClientEvaluation(holdout=0.2)], 4, str(plain))
     assert not hasattr(dm, "client_holdout")
     assert fit(tmp_path / "b", [], 4, str(plain)).history[-1]["version"] == 4  # the same data module resumes
+
+
+def test_the_per_client_page_example_reports_the_personal_models(capsys, tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "per_client.md").read_text()
+    code = re.search(r"<!-- test: ditto -->\n```python\n(.*?)```", text, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "docs_ditto"}
+    exec(compile(code, "docs/per_client.md", "exec"), namespace)
+    summary = namespace["trainer"].summary
+    assert summary["clients_evaluated"] == 20 and 0 <= summary["personal_acc_mean"] <= 1
+    assert len(capsys.readouterr().out.split()) == 2
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["rounds", "async"])
+def test_personal_models_spilled_to_disk_resume_exactly(tmp_path, asynchronous):
+    def fit(path, versions, budget, ckpt=None):
+        kept = KeepsPersonalModels()
+        algorithm = Ditto(asynchronous=True, concurrency=4) if asynchronous else Ditto(clients_per_round=4)
+        trainer = _trainer(path, algorithm, [kept], num_clients=8, max_versions=versions, eval_every=2,
+                           client_state_budget=budget)  # fmt: skip
+        torch.manual_seed(2)
+        trainer.fit(LeNet5(lr=0.05), datamodule=DigitsDataModule(partition="dirichlet"), ckpt_path=ckpt)
+        return trainer, kept.models
+
+    memory, memory_models = fit(tmp_path / "memory", 8, None)
+    _, disk_models = fit(tmp_path / "disk", 8, 0)
+    fit(tmp_path / "first", 4, 0)
+    ckpt = next((tmp_path / "first").rglob("last.ckpt"))
+    state = torch.load(ckpt, weights_only=True)["lit_asyncfl"]["simulation"]["client_state"]
+    assert state["tensors"] == [] and len(state["files"]) > 0  # the personal models are on disk
+    resumed, resumed_models = fit(tmp_path / "resumed", 8, 0, str(ckpt))
+    assert torch.equal(resumed.simulator.server.weights, memory.simulator.server.weights)
+    trained = [c for c, v in enumerate(memory_models) if v is not None]
+    assert (
+        trained
+        == [c for c, v in enumerate(resumed_models) if v is not None]
+        == [c for c, v in enumerate(disk_models) if v is not None]
+    )
+    for c in trained:
+        assert torch.equal(memory_models[c], disk_models[c]) and torch.equal(memory_models[c], resumed_models[c])

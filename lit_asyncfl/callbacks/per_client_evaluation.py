@@ -47,7 +47,10 @@ class PerClientEvaluation(Callback):
     and the loggers) ``client_acc_mean``, ``client_acc_weighted``, ``client_acc_std``, ``client_acc_worst10``,
     ``client_acc_best10``, the percentiles ``client_acc_p10``/``p25``/``p50``/``p75``/``p90``,
     ``client_reaching_target`` (clients at or past ``target_accuracy``), ``clients_evaluated`` and
-    ``client_loss_mean`` (when the module logs a loss); with personalization the same under ``personalized_``. The
+    ``client_loss_mean`` (when the module logs a loss); with personalization the same under ``personalized_``; with
+    an algorithm whose client callbacks keep a personal model per client
+    (:meth:`~lit_asyncfl.client_callbacks.ClientCallback.personal_weights`, e.g. Ditto's), each client's personal
+    model (the global model for a client that has not trained) under ``personal_``. The
     summary holds the last evaluation's mean, weighted mean, standard deviation, worst and best 10% and clients
     reaching the target; ``clients.png`` in the log dir plots the distribution over clients against virtual time
     (percentile bands, mean, worst 10%, the global metric), ``clients.csv`` every client's last values.
