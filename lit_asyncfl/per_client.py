@@ -297,6 +297,18 @@ class ClientEvaluator:
         batches = list(self._chunks(self.held_out[client]))
         return run_evaluation(self.module, [batches], "val")[0]
 
+    def evaluate_each(self, weights_of: Any, clients: np.ndarray) -> dict[str, np.ndarray]:
+        """Each metric on each of ``clients`` for that client's own weights ``weights_of(client)`` (e.g. its
+        personal model), one client at a time."""
+        out: dict[str, np.ndarray] = {}
+        for position, client in enumerate(clients):
+            self.workspace.flat.load(weights_of(int(client)))
+            for name, value in self._evaluate_one(int(client)).items():
+                if name not in out:
+                    out[name] = np.full(len(clients), np.nan)
+                out[name][position] = value
+        return out
+
     def personalized(
         self, engine: Any, weights: Tensor, clients: np.ndarray, steps: int, seed: int, version: int, now: float
     ) -> dict[str, np.ndarray]:

@@ -296,13 +296,13 @@ def plot_clients(
 ) -> None:
     """Save the distribution over clients of the monitored metric against virtual time: the 10-90% and 25-75%
     percentile bands, the median, the mean and the worst 10% of the per-client evaluations, with the global
-    evaluation's value (a second panel for the personalized values when there are any)."""
+    evaluation's value (a panel each for the personal models' and the personalized values when there are any)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    prefixes = [p for p in ("client", "personalized") if any(f"{p}_acc_p50" in r for r in history)]
+    prefixes = [p for p in ("client", "personal", "personalized") if any(f"{p}_acc_p50" in r for r in history)]
     if not prefixes:
         return
     fig, axes = plt.subplots(1, len(prefixes), figsize=(6.5 * len(prefixes), 4), squeeze=False)
@@ -326,7 +326,8 @@ def plot_clients(
         if all(0 <= v <= 1 for v in values):
             ax.set_ylim(0, 1)
         ax.set_xlabel("virtual time (s)")
-        ax.set_ylabel(f"{metric} per client" + (" (personalized)" if prefix == "personalized" else ""))
+        suffix = {"personal": " (personal models)", "personalized": " (personalized)"}.get(prefix, "")
+        ax.set_ylabel(f"{metric} per client{suffix}")
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=7)
     fig.suptitle(f"{title}: {rows[-1]['clients_evaluated']} clients, held-out samples")

@@ -18,6 +18,7 @@ PAGES = [*sorted(p for p in DOCS.glob("*.md")), ROOT / "README.md"]
 TESTED_BLOCKS = {"python-api", "callbacks", "custom-algorithm", "preset", "device-model", "partitioner", "privacy",
                  "flower"}  # flower: run by tests/data/test_flower.py
 TESTED_BLOCKS |= {"per-client"}
+TESTED_BLOCKS |= {"ditto"}  # run by tests/test_ditto.py
 
 
 def _text(name: str) -> str:

@@ -6,6 +6,7 @@ from lit_asyncfl.algorithms.asfl import ASFL
 from lit_asyncfl.algorithms.asofed import ASOFed
 from lit_asyncfl.algorithms.base import Algorithm
 from lit_asyncfl.algorithms.ca2fl import CA2FL
+from lit_asyncfl.algorithms.ditto import Ditto
 from lit_asyncfl.algorithms.dynsgd import DynSGD
 from lit_asyncfl.algorithms.fadas import FADAS
 from lit_asyncfl.algorithms.fedadt import FedADT
@@ -62,6 +63,7 @@ PRESETS: dict[str, type[Algorithm]] = {
     "port": PORT,
     "asofed": ASOFed,
     "fedsa": FedSA,
+    "ditto": Ditto,
 }
 
 
@@ -91,6 +93,7 @@ __all__ = [
     "WKAFL",
     "ASOFed",
     "Algorithm",
+    "Ditto",
     "DynSGD",
     "FedADT",
     "FedASMU",

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
-from lit_asyncfl.algorithms.fedasync import FedAsync
-from lit_asyncfl.algorithms.fedavg import FedAvg
-from lit_asyncfl.checks import check, check_bool
+from lit_asyncfl.algorithms.modes import rounds_or_fedasync
 from lit_asyncfl.client_callbacks.client_state import ModelContrastive
 
 
@@ -89,26 +87,8 @@ class MOON(Algorithm):
         concurrency: int | float | None = None,
     ) -> None:
         hparams = hyperparameters(locals())
-        check_bool("asynchronous", asynchronous)
         contrastive = ModelContrastive(mu=mu, tau=tau)
-        if asynchronous:
-            for name in ("clients_per_round", "round_deadline"):
-                check(
-                    hparams[name] is None,
-                    f"{name}={hparams[name]!r} applies to synchronous rounds; with asynchronous=True set alpha and "
-                    "concurrency",
-                )
-            base: Algorithm = FedAsync(
-                alpha=0.6 if alpha is None else alpha, concurrency=0.1 if concurrency is None else concurrency
-            )
-        else:
-            for name in ("alpha", "concurrency"):
-                check(
-                    hparams[name] is None,
-                    f"{name}={hparams[name]!r} applies to asynchronous=True; synchronous rounds take "
-                    "clients_per_round and round_deadline",
-                )
-            base = FedAvg(0.1 if clients_per_round is None else clients_per_round, round_deadline=round_deadline)
+        base = rounds_or_fedasync(hparams)
         super().__init__(
             scheduler=base.scheduler,
             aggregator=base.aggregator,

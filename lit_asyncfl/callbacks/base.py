@@ -63,6 +63,12 @@ class Callback:
         :class:`~lit_asyncfl.callbacks.PerClientEvaluation` holds some of each client's samples out."""
         return shards
 
+    def data_fingerprint(self) -> dict[str, Any]:
+        """Entries added to the ``data`` part of the run's resume fingerprint, for what :meth:`setup_client_data`
+        changed in the clients' data (a checkpoint resumes only with the same), e.g. ``{"client_holdout": 0.2}``;
+        the user's data module is not touched. Default: none."""
+        return {}
+
     def on_fit_start(self, trainer: FederatedTrainer) -> None:
         """Called when the run is built (and restored from its checkpoint, when resuming), before the first event."""
 

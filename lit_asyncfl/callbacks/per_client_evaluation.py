@@ -15,6 +15,7 @@ import torch
 from lit_asyncfl.callbacks.base import Callback
 from lit_asyncfl.callbacks.logger_connector import LoggerConnector
 from lit_asyncfl.checks import check, check_int, check_number
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.engines import LightningLocalTrainer, LocalTrainer
 from lit_asyncfl.engines.kernels import choose_onednn
 from lit_asyncfl.per_client import SUMMARY_STATISTICS, ClientEvaluator, client_statistics, hold_out, with_indices
@@ -46,7 +47,10 @@ class PerClientEvaluation(Callback):
     and the loggers) ``client_acc_mean``, ``client_acc_weighted``, ``client_acc_std``, ``client_acc_worst10``,
     ``client_acc_best10``, the percentiles ``client_acc_p10``/``p25``/``p50``/``p75``/``p90``,
     ``client_reaching_target`` (clients at or past ``target_accuracy``), ``clients_evaluated`` and
-    ``client_loss_mean`` (when the module logs a loss); with personalization the same under ``personalized_``. The
+    ``client_loss_mean`` (when the module logs a loss); with personalization the same under ``personalized_``; with
+    an algorithm whose client callbacks keep a personal model per client
+    (:meth:`~lit_asyncfl.client_callbacks.ClientCallback.personal_weights`, e.g. Ditto's), each client's personal
+    model (the global model for a client that has not trained) under ``personal_``. The
     summary holds the last evaluation's mean, weighted mean, standard deviation, worst and best 10% and clients
     reaching the target; ``clients.png`` in the log dir plots the distribution over clients against virtual time
     (percentile bands, mean, worst 10%, the global metric), ``clients.csv`` every client's last values.
@@ -107,6 +111,7 @@ class PerClientEvaluation(Callback):
         self._shards: Any = None
         self._checked = False
         self._last: dict[str, np.ndarray] = {}
+        self._personal: list[ClientCallback] = []
 
     @property
     def state_key(self) -> str:
@@ -117,7 +122,6 @@ class PerClientEvaluation(Callback):
         self, trainer: FederatedTrainer, shards: ClientShards | DatasetShards
     ) -> ClientShards | DatasetShards:
         """Hold each client's evaluation samples out of its training shard (see the class)."""
-        dm = trainer.datamodule
         check(
             sum(isinstance(cb, PerClientEvaluation) for cb in trainer.callbacks) == 1,
             "a trainer takes one PerClientEvaluation: each holds samples out of the clients' training data",
@@ -134,17 +138,17 @@ class PerClientEvaluation(Callback):
             rng = np.random.default_rng([trainer.seed, 0xC11E5])
             self.clients = np.sort(rng.choice(num_clients, self.max_clients, replace=False))
         self._shards = with_indices(shards, train)
-        # The split is part of the data the run trains on: recorded where the resume fingerprint reads the data
-        # module (removed again at fit start, after the fingerprint is taken), so that a checkpoint resumes only
-        # with the same holdout, and never without it.
-        dm.client_holdout = self.holdout  # type: ignore[union-attr]
         self._evaluator, self._engine, self._checked, self._last = None, None, False, {}
         return self._shards
 
+    def data_fingerprint(self) -> dict[str, Any]:
+        """The split is part of the data the run trains on: a checkpoint resumes only with the same ``holdout``,
+        and never without it (``data.client_holdout`` in the resume fingerprint; the data module is not
+        touched)."""
+        return {"client_holdout": self.holdout}
+
     def on_fit_start(self, trainer: FederatedTrainer) -> None:
         dm = trainer.datamodule
-        if dm is not None and hasattr(dm, "client_holdout"):
-            del dm.client_holdout
         check(
             self._shards is not None,
             "PerClientEvaluation was not given the clients' data at fit start (the trainer calls "
@@ -153,6 +157,11 @@ class PerClientEvaluation(Callback):
         assert trainer.global_model is not None
         batch_size = self.batch_size or getattr(dm, "eval_batch_size", None) or DEFAULT_BATCH_SIZE
         prepare = getattr(dm, "prepare_inputs", lambda inputs: inputs)
+        self._personal = [
+            cb
+            for cb in trainer.algorithm.client_callbacks
+            if type(cb).personal_weights is not ClientCallback.personal_weights
+        ]
         self._evaluator = ClientEvaluator(
             trainer.global_model, self._shards, self.held_out, prepare, batch_size, trainer.device
         )
@@ -187,6 +196,10 @@ class PerClientEvaluation(Callback):
         values = evaluator.evaluate(weights, self.clients)
         row = self._statistics(trainer, values, monitor, "client")
         self._last = {f"client_{k}": v for k, v in values.items()}
+        if self._personal:
+            personal = evaluator.evaluate_each(lambda client: self._personal_weights(client, weights), self.clients)
+            row.update(self._statistics(trainer, personal, monitor, "personal"))
+            self._last.update({f"personal_{k}": v for k, v in personal.items()})
         if self.personalize_steps:
             tuned = evaluator.personalized(
                 self._engine, weights, self.clients, self.personalize_steps, trainer.seed, sim.server.version, sim.now
@@ -194,6 +207,14 @@ class PerClientEvaluation(Callback):
             row.update(self._statistics(trainer, tuned, monitor, "personalized"))
             self._last.update({f"personalized_{k}": v for k, v in tuned.items()})
         return row
+
+    def _personal_weights(self, client: int, global_weights: torch.Tensor) -> torch.Tensor:
+        """The client's personal model (the first client callback that has one), else the global model."""
+        for cb in self._personal:
+            own = cb.personal_weights(client)
+            if own is not None:
+                return own.to(global_weights.device)
+        return global_weights
 
     def _statistics(
         self, trainer: FederatedTrainer, values: dict[str, np.ndarray], monitor: str, prefix: str
@@ -243,7 +264,7 @@ class PerClientEvaluation(Callback):
         if not evaluated:
             return
         final = evaluated[-1]
-        for prefix in ("client", "personalized"):
+        for prefix in ("client", "personal", "personalized"):
             keys = [f"{prefix}_acc_{s}" for s in SUMMARY_STATISTICS] + [f"{prefix}_reaching_target"]
             trainer.summary.update({k: final[k] for k in keys if k in final})
         trainer.summary["clients_evaluated"] = final["clients_evaluated"]

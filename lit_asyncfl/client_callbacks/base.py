@@ -115,6 +115,13 @@ class ClientCallback:
             values.pop(job.client, None)
             values.update(entry)
 
+    def personal_weights(self, client: int) -> Tensor | None:
+        """The flat weights of ``client``'s own (personal) model, when the callback keeps one (Ditto's
+        :math:`v_k`, :class:`~lit_asyncfl.client_callbacks.PersonalModel`); ``None`` otherwise, or for a client
+        that has not trained yet. :class:`~lit_asyncfl.callbacks.PerClientEvaluation` evaluates each client with
+        these weights (the global model where ``None``) under the ``personal_`` keys."""
+        return None
+
     def metrics(self) -> dict[str, Any]:
         """Values this callback adds to every evaluation row (hence the loggers) and to the run summary, e.g. the
         privacy spent by local DP; keys must not clash with the row's own."""

@@ -135,6 +135,8 @@ def build_run(
     trainer._final_state = None
     hooks.setup()
     trainer._fingerprint = run_fingerprint(trainer, model, flat.numel, dm, flat.flat.dtype)
+    for callback in trainer.callbacks:  # what they changed in the clients' data (e.g. a held-out split)
+        trainer._fingerprint["data"] = {**trainer._fingerprint["data"], **callback.data_fingerprint()}
     trainer._hparams = run_hyperparameters(trainer, trainer._init_args, model, datamodule)
     return sim
 
