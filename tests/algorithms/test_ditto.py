@@ -221,7 +221,7 @@ def test_the_per_client_page_example_reports_the_personal_models(capsys, tmp_pat
     import re
     from pathlib import Path
 
-    text = (Path(__file__).parents[1] / "docs" / "per_client.md").read_text()
+    text = (Path(__file__).parents[2] / "docs" / "per_client.md").read_text()
     code = re.search(r"<!-- test: ditto -->\n```python\n(.*?)```", text, re.S).group(1)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "docs_ditto"}
