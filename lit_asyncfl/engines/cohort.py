@@ -154,6 +154,9 @@ class CohortEngine(LocalEngine):
         self._step_module = self.batched.module
         self._step, self._padded_step = self.batched.step, self.batched.padded_step
         self.compiled = compile
+        refusal = self.step_refusal()
+        if refusal is not None:
+            raise ValueError(refusal)
         #: Why smaller batches are not padded (the jobs of a step are then grouped by batch shape), or ``None``.
         self.no_padding_because = self.padding_refusal()
         #: Groups of fewer jobs step one job at a time without ``vmap`` (see :data:`MIN_BATCHED`); a compiled step
