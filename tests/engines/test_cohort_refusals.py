@@ -3,10 +3,8 @@ is dispatched (not by the first job, mid-run)."""
 
 from __future__ import annotations
 
-import lightning as L
 import pytest
 import torch
-import torch.nn.functional as F
 from conftest import global_weights, run
 from torchmetrics.aggregation import CatMetric
 from torchmetrics.classification import MulticlassAccuracy
@@ -16,6 +14,7 @@ from lit_asyncfl.core.simulator import ClientJobError
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.engines import CohortEngine
 from lit_asyncfl.executors import CohortExecutor
+from lit_asyncfl.models import LeNet5
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -23,31 +22,11 @@ METRIC = r"engine='cohort' cannot update a torchmetrics object in training_step 
 STEP_COUNT = r"self\.trainer\.num_training_batches differs .*use engine='fast'"
 
 
-class Classifier(L.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(64, 10)
-
-    def forward(self, x):
-        return self.layer(x.flatten(1))
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return F.cross_entropy(self(x), y)
-
-    def validation_step(self, batch, batch_idx):
-        x, y = batch
-        self.log("val_loss", F.cross_entropy(self(x), y))
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-class UpdatesMetric(Classifier):
+class UpdatesMetric(LeNet5):
     """A torchmetrics object updated in ``training_step`` (one state per job: cannot be batched)."""
 
     def __init__(self):
-        super().__init__()
+        super().__init__(lr=0.05)
         self.train_losses = CatMetric()
 
     def training_step(self, batch, batch_idx):
@@ -56,38 +35,35 @@ class UpdatesMetric(Classifier):
         return loss
 
 
-class LogsMetric(Classifier):
+class LogsMetric(LeNet5):
     """A torchmetrics object called and logged as an object in ``training_step``."""
 
     def __init__(self):
-        super().__init__()
+        super().__init__(lr=0.05)
         self.train_acc = MulticlassAccuracy(num_classes=10)
 
     def training_step(self, batch, batch_idx):
-        x, y = batch
-        logits = self(x)
-        self.train_acc(logits, y)
+        self.train_acc(self(batch[0]), batch[1])
         self.log("train_acc", self.train_acc)
-        return F.cross_entropy(logits, y)
+        return super().training_step(batch, batch_idx)
 
 
-class ReadsStepCount(Classifier):
+class ReadsStepCount(LeNet5):
     def training_step(self, batch, batch_idx):
         self.trainer.num_training_batches  # noqa: B018 (differs between the clients of one cohort)
         return super().training_step(batch, batch_idx)
 
 
-class MetricInValidationOnly(Classifier):
+class MetricInValidationOnly(LeNet5):
     """A torchmetrics object that only ``validation_step`` updates: nothing for the cohort engine to refuse."""
 
     def __init__(self):
-        super().__init__()
-        self.val_acc = MulticlassAccuracy(num_classes=10)
+        super().__init__(lr=0.05)
+        self.val_accuracy = MulticlassAccuracy(num_classes=10)
 
     def validation_step(self, batch, batch_idx):
-        x, y = batch
-        self.val_acc(self(x), y)
-        self.log("val_acc", self.val_acc)
+        super().validation_step(batch, batch_idx)
+        self.val_accuracy.update(self(batch[0]), batch[1])
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +109,7 @@ def test_a_metric_in_validation_only_trains_and_the_probe_changes_no_result(tmp_
     """The fit-start probe runs ``training_step`` once on the engine's copy: nothing is refused, and the run's
     weights equal those of the same module without the metric object (the probe leaves the generators alone)."""
     trained = {}
-    for name, module in (("metric", MetricInValidationOnly), ("plain", Classifier)):
+    for name, module in (("metric", MetricInValidationOnly), ("plain", lambda: LeNet5(lr=0.05))):
         torch.manual_seed(0)
         model = module()
         trained[name] = run(tmp_path / name, FedAsync(concurrency=3), model=model, max_versions=4, engine="cohort")
