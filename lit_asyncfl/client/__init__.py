@@ -22,13 +22,15 @@ from lit_asyncfl.engines import cohort, kernels
 from lit_asyncfl.engines import fast as fast_engine
 from lit_asyncfl.engines import lightning as lightning_engine
 from lit_asyncfl.engines.base import LocalEngine
-from lit_asyncfl.engines.cohort import CohortExecutor, CohortJobTrainer, CohortTrainer
+from lit_asyncfl.engines.cohort import CohortTrainer
+from lit_asyncfl.engines.cohort_step import CohortJobTrainer
 from lit_asyncfl.engines.fast import LocalTrainer
 from lit_asyncfl.engines.kernels import OneDNN
 from lit_asyncfl.engines.lightning import LightningLocalTrainer
 from lit_asyncfl.executors import factory as engines
 from lit_asyncfl.executors import ray as ray_executor
 from lit_asyncfl.executors import sequential
+from lit_asyncfl.executors.cohort import CohortExecutor
 from lit_asyncfl.executors.factory import ENGINES, build_executor
 from lit_asyncfl.executors.ray import RayExecutor, release_workers
 from lit_asyncfl.executors.sequential import SequentialExecutor

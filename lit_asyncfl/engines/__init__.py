@@ -7,19 +7,18 @@ their common base (:class:`LocalEngine`) and the CPU kernel choice (:class:`OneD
 The engines' former names stay importable as aliases of the same classes: ``LocalTrainer`` (:class:`FastEngine`),
 ``LightningLocalTrainer`` (:class:`LightningEngine`) and ``CohortTrainer`` (:class:`CohortEngine`). ``Trainer`` now
 names only what a module sees as ``self.trainer`` (:class:`~lit_asyncfl.loops.JobTrainer`,
-:class:`CohortJobTrainer`) and the run's :class:`~lit_asyncfl.FederatedTrainer`.
+:class:`CohortJobTrainer`) and the run's :class:`~lit_asyncfl.FederatedTrainer`. The cohort engine's executor
+moved to the executors (:class:`~lit_asyncfl.executors.CohortExecutor`) and stays importable from here.
 """
 
+from typing import Any
+
 from lit_asyncfl.engines.base import LocalEngine, generators_kept, parse_optimizers
-from lit_asyncfl.engines.cohort import (
-    CohortEngine,
-    CohortExecutor,
-    CohortJobTrainer,
-    check_cohort_support,
-)
+from lit_asyncfl.engines.cohort import CohortEngine, check_cohort_support
 from lit_asyncfl.engines.cohort import (
     CohortTrainer as CohortTrainer,  # the former name (an alias)
 )
+from lit_asyncfl.engines.cohort_step import CohortJobTrainer
 from lit_asyncfl.engines.fast import FastEngine
 from lit_asyncfl.engines.fast import LocalTrainer as LocalTrainer  # the former name (an alias)
 from lit_asyncfl.engines.kernels import OneDNN, choose_onednn
@@ -28,7 +27,6 @@ from lit_asyncfl.engines.lightning import LightningLocalTrainer as LightningLoca
 
 __all__ = [
     "CohortEngine",
-    "CohortExecutor",
     "CohortJobTrainer",
     "FastEngine",
     "LightningEngine",
@@ -39,3 +37,13 @@ __all__ = [
     "generators_kept",
     "parse_optimizers",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``CohortExecutor``, from where it lives now (the executors package imports the engines: looked up when asked
+    for, not imported here)."""
+    if name == "CohortExecutor":
+        from lit_asyncfl.executors.cohort import CohortExecutor
+
+        return CohortExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

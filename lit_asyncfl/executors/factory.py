@@ -13,10 +13,11 @@ from lit_asyncfl.checks import check, check_int
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
-from lit_asyncfl.engines.cohort import CohortEngine, CohortExecutor
+from lit_asyncfl.engines.cohort import CohortEngine
 from lit_asyncfl.engines.fast import FastEngine
 from lit_asyncfl.engines.kernels import choose_onednn
 from lit_asyncfl.engines.lightning import LightningEngine
+from lit_asyncfl.executors.cohort import CohortExecutor
 from lit_asyncfl.executors.ray.executor import RayExecutor
 from lit_asyncfl.executors.sequential import SequentialExecutor
 
@@ -114,7 +115,7 @@ def build_executor(
         engine: ``"fast"`` (:class:`~lit_asyncfl.engines.FastEngine`), ``"lightning"``
             (:class:`~lit_asyncfl.engines.LightningEngine`) or ``"cohort"``
             (:class:`~lit_asyncfl.engines.CohortEngine` behind a
-            :class:`~lit_asyncfl.engines.CohortExecutor`).
+            :class:`~lit_asyncfl.executors.CohortExecutor`).
         module: The user's module (each engine trains a private copy).
         shards: The clients' data.
         batch_size: Local mini-batch size.

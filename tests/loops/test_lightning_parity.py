@@ -36,7 +36,6 @@ from lit_asyncfl import models, namespaces
 from lit_asyncfl.algorithms import FedAvg, FedBuff
 from lit_asyncfl.callbacks import Callback
 from lit_asyncfl.cli import FederatedCLI
-from lit_asyncfl.core.jobs import ClientJobError
 from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
 from lit_asyncfl.data import PartitionedDataModule
@@ -98,7 +97,6 @@ class Case:
     model: Any
     data: Any
     refused: dict[str, str] | None = None
-    first_job_refusal: bool = False  # the cohort engine refuses it at its first job, not at fit start (a gap)
 
 
 MANUAL = r"uses manual optimization.*engine='lightning'"
@@ -123,7 +121,7 @@ CASES = {
                                  {"cohort": r"engine='fast'"}),
     "torchmetrics": Case("torchmetrics.Accuracy objects in training_step and validation_step", MetricsClassifier,
                          _datamodule(lambda s: BlobData(s)),
-                         {"cohort": r"engine='cohort' cannot update a torchmetrics object.*engine='fast'"}, True),
+                         {"cohort": r"engine='cohort' cannot update a torchmetrics object.*engine='fast'"}),
     "namedtuple-batches": Case("namedtuple batches from a collate_fn", lambda: StructClassifier("namedtuple"),
                                _datamodule(lambda s: _struct_data("namedtuple", s))),
     "own-dataloader-hooks": Case("train_dataloader/val_dataloader hooks on the module, fit(model)", OwnDataUnshuffled,
@@ -226,7 +224,7 @@ def test_one_client_one_round_equals_lightning_trainer(tmp_path, name, engine):
     case = CASES[name]
     refusal = (case.refused or {}).get(engine)
     if refusal is not None:
-        with pytest.raises(ClientJobError if case.first_job_refusal else ValueError, match=refusal):
+        with pytest.raises(ValueError, match=refusal):
             _federated(tmp_path, case, engine, shuffle=False)
         return
     for shuffle in (False, True):

@@ -760,10 +760,9 @@ class ReadsStepCount(Classifier):
                      id="per-client-counts"),
     ],
 )  # fmt: skip
-def test_what_a_batched_cohort_step_cannot_honour_is_refused_at_its_first_step(tmp_path, module, message):
+def test_what_a_batched_cohort_step_cannot_honour_is_refused_at_fit_start(tmp_path, module, message):
     record = FirstUpdates()
-    from lit_asyncfl.core.simulator import ClientJobError
 
-    with pytest.raises(ClientJobError, match=message):  # naming the client whose job met it first
+    with pytest.raises(ValueError, match=message):  # by the engine's probe of training_step (issue 32)
         _fit(tmp_path, module(), engine="cohort", callbacks=[record.callback])
     assert record.updates == []  # before any update reached the server

@@ -1,0 +1,253 @@
+"""The cohort engine's batched training step: the module's ``training_step`` run on many jobs' weights in one
+``vmap(grad_and_value(functional_call(...)))`` call, what the module sees while it runs (``self.log`` and
+``self.trainer`` stand-ins), and the padding of smaller batches with its exactness probe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+import torch.utils._pytree as pytree
+from torch import Tensor, nn
+from torch.func import functional_call, grad_and_value, vmap
+from torchmetrics import Metric
+
+from lit_asyncfl.core.flat import FlatParameters
+from lit_asyncfl.loops.job_trainer import JobTrainer
+
+#: The refusal of a torchmetrics object updated in ``training_step`` (checked at fit start, see
+#: :meth:`~lit_asyncfl.engines.CohortEngine.step_refusal`).
+METRIC_REFUSAL = (
+    "engine='cohort' cannot update a torchmetrics object in training_step (its state is one per job, the cohort "
+    "trains many jobs in one batched call); use engine='fast', or log the tensor itself (self.log('name', value))"
+)
+
+
+class _MetricRefused(ValueError):
+    """A torchmetrics object was updated (or logged) in ``training_step`` under the cohort engine."""
+
+
+def _refuse_metric(*args: Any, **kwargs: Any) -> None:
+    raise _MetricRefused(METRIC_REFUSAL)
+
+
+class _CohortLog:
+    """``self.log`` inside the batched ``training_step``: collects the logged values (batched over the cohort's jobs)
+    and their arguments, handed to each job's :class:`~lit_asyncfl.loops.JobLog` after the step."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Tensor] | None = None
+        self.kwargs: dict[str, dict[str, Any]] = {}
+
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        if args:
+            raise TypeError("pass self.log's options by keyword under engine='cohort'")
+        if isinstance(value, Metric):
+            _refuse_metric()
+        assert self.values is not None, "self.log outside training_step under engine='cohort'"
+        self.values[name] = value if isinstance(value, Tensor) else torch.tensor(float(value))
+        self.kwargs[name] = kwargs
+
+    def log_dict(self, dictionary: Any, **kwargs: Any) -> None:
+        for name, value in dict(dictionary).items():
+            self.log(name, value, **kwargs)
+
+
+class _TrainingStep(nn.Module):
+    """The module's ``training_step`` as a ``forward`` returning the loss and what it logged (what
+    ``functional_call`` runs)."""
+
+    def __init__(self, module: L.LightningModule) -> None:
+        super().__init__()
+        self.m = module
+        self.log = _CohortLog()
+
+    def forward(self, batch: Any, batch_idx: int) -> tuple[Tensor, dict[str, Tensor]]:
+        self.log.values = logged = {}  # a dict of this call's: no traced tensor outlives it (torch.compile)
+        out = self.m.training_step(batch, batch_idx)  # self.m.log is self.log.log while a cohort trains
+        self.log.values = None
+        loss = out["loss"] if isinstance(out, dict) else out
+        if loss is None:
+            raise ValueError("the cohort engine cannot skip batches: training_step returned None")
+        return loss, logged
+
+
+class CohortJobTrainer(JobTrainer):
+    """``self.trainer`` for the jobs one batched cohort step trains: ``current_epoch``, ``global_step`` and
+    ``max_epochs`` are shared by the jobs stepped together (the engine groups jobs by them); the counts that differ
+    between clients of unequal shards (``num_training_batches``, ``estimated_stepping_batches``) are refused,
+    naming ``engine='fast'``."""
+
+    PER_JOB = ("num_training_batches", "estimated_stepping_batches")
+
+    def __init__(self, max_epochs: int = 1) -> None:
+        super().__init__("cohort", max_epochs)
+        for name in self.PER_JOB:
+            del self.__dict__[name]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.PER_JOB:
+            raise AttributeError(
+                f"self.trainer.{name} differs between the clients one cohort step trains together, so "
+                "engine='cohort' does not offer it; use engine='fast' (or 'lightning')"
+            )
+        return super().__getattr__(name)
+
+
+class _StandIns:
+    """While it is entered, the module's ``self.log``/``self.log_dict`` collect into the batched step's log and
+    ``self.trainer`` is ``trainer``; left, they are the module's own again."""
+
+    def __init__(self, step: _TrainingStep, trainer: CohortJobTrainer | None = None) -> None:
+        self.step, self.trainer = step, trainer
+
+    def __enter__(self) -> None:
+        module, collector = self.step.m, self.step.log
+        self.before = module.log, module.log_dict
+        module._trainer = self.trainer
+        module.log, module.log_dict = collector.log, collector.log_dict  # type: ignore[method-assign]
+
+    def __exit__(self, *exc: object) -> None:
+        module = self.step.m
+        module._trainer = None
+        module.log, module.log_dict = self.before  # type: ignore[method-assign]
+
+
+class _BatchedStep:
+    """The module's ``training_step`` on the weights of many jobs at once: for ``k`` jobs' stacked weights and their
+    ``k`` batches, the gradients, losses and logged values of every job in one batched call.
+
+    :attr:`step` runs whole batches; :attr:`padded_step` runs batches padded to one size with zero-weight samples,
+    as the mean of ``training_step`` on each sample alone (exact for losses that are means over per-sample terms,
+    which :meth:`padding_refusal` checks). A torchmetrics object updated in ``training_step`` cannot be batched (its
+    state is one per job), nor can what differs between jobs be read from ``self.trainer``: :meth:`step_refusal`
+    finds either at fit start.
+
+    Args:
+        module: The engine's private copy of the user's module, bound to ``flat``.
+        flat: The module's flat weights.
+        device: The training device.
+        compile: ``torch.compile`` the two batched calls (``dynamic=True``).
+    """
+
+    def __init__(self, module: L.LightningModule, flat: FlatParameters, device: torch.device, compile: bool) -> None:
+        self.module = _TrainingStep(module)
+        self.flat, self.device = flat, device
+        self.names = [f"m.{name}" for name, _ in module.named_parameters()]
+        self.shapes = [p.shape for p in flat.params]
+        self.metrics = [m for m in module.modules() if isinstance(m, Metric)]
+        for metric in self.metrics:  # one state per job cannot be batched: refused at fit start (step_refusal)
+            metric.update = metric.forward = _refuse_metric  # type: ignore[method-assign]
+        self.step = vmap(grad_and_value(self.loss, has_aux=True), in_dims=(0, 0, None), randomness="different")
+        self.padded_step = vmap(
+            grad_and_value(self.padded_loss, has_aux=True), in_dims=(0, 0, 0, None), randomness="different"
+        )
+        if compile:
+            self.step = torch.compile(self.step, dynamic=True)
+            self.padded_step = torch.compile(self.padded_step, dynamic=True)
+
+    def stand_ins(self, trainer: CohortJobTrainer | None = None) -> _StandIns:
+        """A context in which the module's ``self.log`` collects into this step and ``self.trainer`` is
+        ``trainer``."""
+        return _StandIns(self.module, trainer)
+
+    def loss(self, params: dict[str, Tensor], batch: Any, batch_idx: int) -> tuple[Tensor, Any]:
+        """``training_step`` on ``batch`` at the weights ``params``: the loss and what it logged."""
+        return functional_call(self.module, params, (batch, batch_idx), strict=False)
+
+    def _sample_loss(self, params: dict[str, Tensor], sample: Any, batch_idx: int) -> tuple[Tensor, Any]:
+        """``training_step`` on one sample (every leaf given its batch dimension back): that sample's loss."""
+        batch = pytree.tree_map(lambda leaf: leaf.unsqueeze(0), sample)
+        return functional_call(self.module, params, (batch, batch_idx), strict=False)
+
+    def padded_loss(self, params: dict[str, Tensor], batch: Any, weights: Tensor, batch_idx: int) -> tuple[Tensor, Any]:
+        """A job's loss on its padded batch: ``sum_i weights[i] * loss_i`` over per-sample losses (``1/n`` for its
+        ``n`` real samples, 0 for padding), i.e. the mean over its real samples that ``training_step`` computes on
+        the unpadded batch (checked at construction, see :meth:`padding_refusal`); what it logs, weighted alike."""
+        losses, logged = vmap(self._sample_loss, in_dims=(None, 0, None), randomness="different")(
+            params, batch, batch_idx
+        )
+        return (losses * weights).sum(), {name: (value * weights).sum() for name, value in logged.items()}
+
+    def params(self, weights: Tensor) -> dict[str, Tensor]:
+        """The parameters of the stacked ``[jobs, parameters]`` weights, by name (views)."""
+        views, offset, rows = {}, 0, weights.shape[0]
+        for name, shape in zip(self.names, self.shapes):
+            n = shape.numel()
+            views[name] = weights[:, offset : offset + n].view(rows, *shape)
+            offset += n
+        return views
+
+    def stack_batches(self, batches: list[Any]) -> tuple[Any, Tensor | None]:
+        """The jobs' batches stacked into one ``[jobs, samples, ...]`` batch, and the per-sample loss weights
+        (``None`` when every batch is full: no padding). A smaller batch is padded with copies of its first sample,
+        of weight 0; a real sample of a batch of ``n`` weighs ``1/n``."""
+        sizes = [pytree.tree_leaves(b)[0].shape[0] for b in batches]
+        most = max(sizes)
+        if min(sizes) == most:
+            return pytree.tree_map(lambda *leaves: torch.stack(leaves), *batches), None
+        # Row j of the padded batch reads the samples offset_j .. offset_j + n_j - 1 of the concatenated batches,
+        # then the first of them again: one concatenation and one gather per leaf, whatever the number of jobs.
+        counts = torch.tensor(sizes, device=self.device)
+        offsets = torch.cumsum(counts, 0) - counts
+        positions = torch.arange(most, device=self.device)
+        real = positions < counts[:, None]
+        index = offsets[:, None] + torch.where(real, positions, 0)
+        dtype = self.flat.params[0].dtype
+        weights = torch.where(real, 1.0 / counts[:, None].to(dtype), 0.0).to(dtype)
+        return pytree.tree_map(lambda *leaves: torch.cat(leaves)[index], *batches), weights
+
+    def step_refusal(self, batch: Any) -> str | None:
+        """Why ``training_step`` cannot run batched, found by running it once on ``batch`` (on the engine's copy,
+        without gradients), or ``None``: it updates or logs a torchmetrics object, or reads from ``self.trainer``
+        what differs between the jobs of a cohort (:class:`CohortJobTrainer`). Whatever else ``training_step``
+        raises here surfaces at the first job, as without the probe."""
+        try:
+            with self.stand_ins(CohortJobTrainer()):
+                self.module(batch, 0)
+        except _MetricRefused as refusal:
+            return str(refusal)
+        except AttributeError as error:  # what CohortJobTrainer cannot offer
+            return f"training_step: {error}" if "self.trainer." in str(error) else None
+        except Exception:  # not this probe's business
+            return None
+        return None
+
+    def padding_refusal(self, batch: Any) -> str | None:
+        """Why padding ``batch`` (a first batch of the largest client) with zero-weight samples would not give this
+        module's exact loss, or ``None``: see :meth:`~lit_asyncfl.engines.CohortEngine.padding_refusal`."""
+        try:
+            leaves = pytree.tree_leaves(batch)
+            if not leaves or not all(isinstance(leaf, Tensor) and leaf.dim() > 0 for leaf in leaves):
+                return "the batch is not made of tensors with a batch dimension"
+            n = leaves[0].shape[0]
+            if n < 2 or any(leaf.shape[0] != n for leaf in leaves):
+                return "the batch's tensors differ in their first (batch) dimension"
+            return self._probe_padding(batch, n)
+        except Exception as error:  # whatever training_step raises on single samples under vmap: no padding
+            return f"training_step raised {type(error).__name__} on single samples: {error}"
+
+    def _probe_padding(self, batch: Any, n: int) -> str | None:
+        params = {name: p.detach() for name, p in zip(self.names, self.flat.params)}
+        shorter = pytree.tree_map(lambda leaf: leaf[: n - 1], batch)
+        padded = pytree.tree_map(lambda leaf: torch.cat([leaf[: n - 1], leaf[:1]]), batch)
+        full = torch.full((n,), 1.0 / n, dtype=self.flat.params[0].dtype, device=self.device)
+        pad = torch.cat([torch.full((n - 1,), 1.0 / (n - 1), dtype=full.dtype, device=self.device), full[:1] * 0])
+        with self.stand_ins(CohortJobTrainer()), torch.enable_grad():
+            cases = []
+            for reference, (b, w) in ((batch, (batch, full)), (shorter, (padded, pad))):
+                want_g, (want, want_log) = grad_and_value(self.loss, has_aux=True)(params, reference, 0)
+                got_g, (got, got_log) = grad_and_value(self.padded_loss, has_aux=True)(params, b, w, 0)
+                cases.append(([want, *want_g.values(), *want_log.values()], [got, *got_g.values(), *got_log.values()]))
+        for want_all, got_all in cases:
+            if len(want_all) != len(got_all):
+                return "training_step logs other values on single samples"
+            for want, got in zip(want_all, got_all):
+                scale = float(want.detach().abs().max()) if want.numel() else 0.0
+                if want.shape != got.shape or not torch.allclose(got, want, rtol=1e-3, atol=1e-5 * max(scale, 1e-3)):
+                    return (
+                        "training_step's loss, gradient or logged values are not the mean of its per-sample values "
+                        "(e.g. a sum-reduced loss, a loss coupling a batch's samples, or random operations)"
+                    )
+        return None
