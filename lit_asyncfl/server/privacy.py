@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from lit_asyncfl.checks import check, check_number
 from lit_asyncfl.core.seeding import derive_seed
-from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon, require_opacus
+from lit_asyncfl.functional.privacy import check_accountant, clip_delta, epsilon_spent, gaussian_noise, require_opacus
 from lit_asyncfl.server.adaptive_optimizer import AdaptiveServerOptimizer
 from lit_asyncfl.server.aggregators import Aggregator, DeltaAverage, Mixing, ModelAverage
 from lit_asyncfl.server.base import ServerCallback
@@ -140,7 +140,8 @@ class GaussianAggregateNoise(ServerCallback):
 
     **Accounting.** Each aggregation is one step of the subsampled Gaussian mechanism with noise multiplier
     :math:`z` and sample rate :math:`q = K / N` (updates in the aggregation over clients), composed with Opacus's
-    RDP accountant; :attr:`epsilon` is the :math:`\varepsilon` at ``delta``. This is DP-FedBuff's accounting.
+    RDP accountant (or its PRV accountant, Gopi et al., 2021, with ``accountant="prv"``); :attr:`epsilon` is the
+    :math:`\varepsilon` at ``delta``. This is DP-FedBuff's accounting.
     Asynchronous arrivals are *not* Poisson sampling (who arrives depends on device speed and on the previous
     dispatches), so this :math:`\varepsilon` is the standard approximation, not a proof. The denominator of
     ``normalize=True`` and of :class:`ModelAverage` depends on who participated; the sensitivity is taken with the
@@ -157,6 +158,8 @@ class GaussianAggregateNoise(ServerCallback):
         delta: The :math:`\delta \in (0, 1)` at which :math:`\varepsilon` is reported.
         max_epsilon: Budget: once one more aggregation of ``buffer_size`` updates would spend more, every update is
             rejected (``reject_reasons["privacy_budget"]``); ``None``: no budget. Needs a ``buffer_size``.
+        accountant: ``"rdp"`` (Opacus's ``RDPAccountant``) or ``"prv"`` (its ``PRVAccountant``: tighter, slower;
+            ``delta`` in ``PRV_DELTA_RANGE``; see :func:`~lit_asyncfl.functional.privacy.prv_epsilon`).
 
     Example:
         >>> noise = GaussianAggregateNoise(noise_multiplier=1.0, delta=1e-5)
@@ -164,9 +167,13 @@ class GaussianAggregateNoise(ServerCallback):
         (1.0, 0.0)
     """
 
-    def __init__(self, noise_multiplier: float, delta: float = 1e-5, max_epsilon: float | None = None) -> None:
+    def __init__(
+        self, noise_multiplier: float, delta: float = 1e-5, max_epsilon: float | None = None, accountant: str = "rdp"
+    ) -> None:
         check_number("noise_multiplier", noise_multiplier, 0)
         check_number("delta", delta, 0, 1, open_min=True, open_max=True)
+        check_accountant(accountant, delta)
+        self.accountant = accountant
         if noise_multiplier > 0:
             require_opacus("GaussianAggregateNoise")
         if max_epsilon is not None:
@@ -261,7 +268,8 @@ class GaussianAggregateNoise(ServerCallback):
             steps[q] = steps.get(q, 0) + n
         key = tuple(sorted(steps.items()))
         if key not in self._cache:
-            self._cache[key] = rdp_epsilon([(self.noise_multiplier, q, n) for q, n in steps.items()], self.delta)
+            history = [(self.noise_multiplier, q, n) for q, n in steps.items()]
+            self._cache[key] = epsilon_spent(history, self.delta, self.accountant)
         return self._cache[key]
 
     @property
