@@ -317,7 +317,7 @@ def test_local_dp_fit_refuses_batch_norm_before_training(tmp_path):
 def test_local_mode_refusals():
     with pytest.raises(ValueError, match="mode"):
         DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0, mode="shuffle")
-    with pytest.raises(ValueError, match=r"max_epsilon=2\.0 is a budget of the central mode"):
+    with pytest.raises(ValueError, match=r"max_epsilon=2\.0 allows no upload: one upload already spends"):
         DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0, max_epsilon=2.0, mode="local")
     for bad in ({"clip_norm": 0.0}, {"noise_multiplier": -1.0}, {"delta": 1.0}):
         with pytest.raises(ValueError, match=next(iter(bad))):

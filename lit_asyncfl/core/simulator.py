@@ -25,6 +25,7 @@ from lit_asyncfl.core.clock import Event, EventQueue
 from lit_asyncfl.core.job_work import sample_profiles, samples_before_step
 from lit_asyncfl.core.jobs import CRASH_STREAM, JOB_EVENTS, ClientJobError, JobLifecycle
 from lit_asyncfl.core.observer import SimulationObserver
+from lit_asyncfl.core.retirement import RetiredOffline, retired_clients
 from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.simulation_state import SimulatorCheckpoint
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
@@ -123,6 +124,9 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
         self.seed = seed
         self.model_bytes = model_bytes
         self.client_callbacks = list(client_callbacks)
+        self._retiring = [cb for cb in self.client_callbacks if cb.retires_clients]
+        if self._retiring:  # a retired client is offline for good, to every scheduler
+            self.availability = RetiredOffline(self.availability, self._retiring)
         self.profiles = profiles if profiles is not None else sample_profiles(device_model, self.num_clients, seed)
         self.rng = np.random.default_rng([seed, 0x5C4ED])
         self.queue = EventQueue()
@@ -240,9 +244,12 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
 
         Returns:
             Why the loop stopped: ``"max_versions"``, ``"max_virtual_time"``, ``"queue_empty"``, ``"stopped"``
-            (``after_event`` asked) or ``"stalled"``.
+            (``after_event`` asked), ``"stalled"``, or the ``retire_reason`` of a client callback that retired every
+            client (e.g. ``"privacy_budget"``) once no job is left.
         """
         while self.queue:
+            if self._all_retired():
+                return self._retiring[0].retire_reason
             if max_versions is not None and self.server.version >= max_versions:
                 return "max_versions"
             head = self.queue.peek()
@@ -256,7 +263,16 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
                 return "stalled"
         if max_versions is not None and self.server.version >= max_versions:
             return "max_versions"
+        if self._all_retired():
+            return self._retiring[0].retire_reason
         return "queue_empty"
+
+    def _all_retired(self) -> bool:
+        """Whether client callbacks retired every client and no job is left in flight or waiting."""
+        if not self._retiring or self.in_flight or self.waiting:
+            return False
+        retired = retired_clients(self._retiring)
+        return retired is not None and bool(retired.all())
 
     def step(self) -> None:
         """Process the next event."""
