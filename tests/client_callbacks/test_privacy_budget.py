@@ -12,7 +12,7 @@ from lit_asyncfl.client_callbacks.privacy import LocalGaussianNoise
 from lit_asyncfl.privacy import DifferentiallyPrivate
 
 pytest.importorskip("opacus")
-from opacus.accountants import PRVAccountant, RDPAccountant  # noqa: E402
+from opacus.accountants import PRVAccountant, RDPAccountant
 
 
 def _uploads_by_hand(kind, z: float, delta: float, max_epsilon: float) -> int:
@@ -34,7 +34,11 @@ def test_uploads_allowed_match_the_accountant_called_directly(accountant, kind, 
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: FedAsync(concurrency=4), lambda: FedBuff(buffer_size=2, concurrency=4), lambda: FedAvg(clients_per_round=4)],
+    [
+        lambda: FedAsync(concurrency=4),
+        lambda: FedBuff(buffer_size=2, concurrency=4),
+        lambda: FedAvg(clients_per_round=4),
+    ],
 )
 def test_clients_stop_at_their_budget_and_the_run_ends_when_none_can_upload(tmp_path, make):
     """z = 3, max_epsilon = 8: 5 uploads each (RDP); every client uses exactly its 5, never a 6th, and the run stops

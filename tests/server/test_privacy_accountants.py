@@ -85,8 +85,9 @@ def test_heterogeneous_rates_compose_as_opacus_prv():
         (lambda: GaussianAggregateNoise(1.0, delta=1e-12, accountant="prv"), r"delta \(for accountant='prv'\)"),
         (lambda: GaussianAggregateNoise(1.0, delta=0.1, accountant="prv"), r"must be in \[1e-10, 0\.01\]"),
         (
-            lambda: DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0, delta=0.5,
-                                          accountant="prv", mode="local"),  # fmt: skip
+            lambda: DifferentiallyPrivate(
+                FedBuff(), clip_norm=1.0, noise_multiplier=1.0, delta=0.5, accountant="prv", mode="local"
+            ),
             r"delta \(for accountant='prv'\)",
         ),
         (lambda: DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0, accountant=None), "accountant"),
