@@ -141,7 +141,8 @@ def test_budget_stops_aggregating_before_exceeding_max_epsilon(tmp_path):
                                  max_epsilon=3.0)  # fmt: skip
     trainer = run(tmp_path, algo, max_virtual_time=3000)
     noise = algo.server_callbacks[0]
-    assert trainer.summary["reject_reasons"].get("privacy_budget", 0) > 0
+    assert trainer.summary["reject_reasons"].get("privacy_budget", 0) == 1  # the run ends at the first
+    assert trainer.summary["stop_reason"] == "privacy_budget"
     assert trainer.summary["dp_epsilon"] <= 3.0
     assert noise.epsilon_after({0.2: 1}) > 3.0  # one more aggregation would have exceeded it
 

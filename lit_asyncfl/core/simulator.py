@@ -244,8 +244,9 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
 
         Returns:
             Why the loop stopped: ``"max_versions"``, ``"max_virtual_time"``, ``"queue_empty"``, ``"stopped"``
-            (``after_event`` asked), ``"stalled"``, or the ``retire_reason`` of a client callback that retired every
-            client (e.g. ``"privacy_budget"``) once no job is left.
+            (``after_event`` asked), ``"stalled"``, the ``stop_reason`` a server callback set, or the
+            ``retire_reason`` of a client callback that retired every client once no job is left (both
+            ``"privacy_budget"`` for DP's budgets).
         """
         while self.queue:
             if self._all_retired():
@@ -259,6 +260,9 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
             self.step()
             if after_event is not None and after_event():
                 return "stopped"
+            stop = next((cb.stop_reason for cb in self.server.callbacks if cb.stop_reason), None)
+            if stop is not None:  # a server callback can make no more progress (e.g. central DP's budget)
+                return stop
             if max_stalled_arrivals is not None and self.stalled_arrivals >= max_stalled_arrivals:
                 return "stalled"
         if max_versions is not None and self.server.version >= max_versions:

@@ -156,8 +156,10 @@ class GaussianAggregateNoise(ServerCallback):
     Args:
         noise_multiplier: :math:`z \ge 0` (``0``: clipping only, :math:`\varepsilon = \infty`).
         delta: The :math:`\delta \in (0, 1)` at which :math:`\varepsilon` is reported.
-        max_epsilon: Budget: once one more aggregation of ``buffer_size`` updates would spend more, every update is
-            rejected (``reject_reasons["privacy_budget"]``); ``None``: no budget. Needs a ``buffer_size``.
+        max_epsilon: Budget: once one more aggregation of ``buffer_size`` updates would spend more, the arriving
+            update is rejected (``reject_reasons["privacy_budget"]``) and the run ends after that event
+            (``stop_reason="privacy_budget"``: no later aggregation could fit); ``None``: no budget. Needs a
+            ``buffer_size``.
         accountant: ``"rdp"`` (Opacus's ``RDPAccountant``) or ``"prv"`` (its ``PRVAccountant``: tighter, slower;
             ``delta`` in ``PRV_DELTA_RANGE``; see :func:`~lit_asyncfl.functional.privacy.prv_epsilon`).
 
@@ -254,6 +256,7 @@ class GaussianAggregateNoise(ServerCallback):
         )
         self._clip_norm = clipping[0].clip_norm
         self.steps, self._cache = {}, {}
+        self.stop_reason = None
 
     def sample_rate(self, server: Server, count: int) -> float:
         """The accountant's :math:`q` of an aggregation of ``count`` updates: ``count / num_clients`` (at most 1)."""
@@ -281,7 +284,10 @@ class GaussianAggregateNoise(ServerCallback):
         if self.max_epsilon is None:
             return None
         q = self.sample_rate(server, server.aggregator.buffer_size)
-        return "privacy_budget" if self.epsilon_after({q: 1}) > self.max_epsilon else None
+        if self.epsilon_after({q: 1}) <= self.max_epsilon:
+            return None
+        self.stop_reason = "privacy_budget"  # no later aggregation can fit either: the run ends after this event
+        return "privacy_budget"
 
     def transform_aggregate(self, server: Server, step: Tensor, updates: list[ClientUpdate]) -> Tensor:
         if self.noise_multiplier == 0:

@@ -50,7 +50,9 @@ def test_clients_stop_at_their_budget_and_the_run_ends_when_none_can_upload(tmp_
     trainer = run(tmp_path, algo, max_versions=10_000)
     assert trainer.summary["stop_reason"] == "privacy_budget"
     assert local.uploads == {c: 5 for c in range(10)}
-    assert local.retired.all() and trainer.history[-1]["dp_retired_clients"] == 10
+    assert (
+        local.retired.all() and trainer.history[-1]["dp_retired_clients"] == 10 == trainer.summary["dp_retired_clients"]
+    )
     assert trainer.simulator.next_job_id == 50  # no job dispatched to a retired client (none dropped here)
     accountant = RDPAccountant()
     for _ in range(5):
