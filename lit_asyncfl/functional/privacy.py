@@ -8,6 +8,7 @@ import math
 import sys
 import warnings
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -85,16 +86,23 @@ def rdp_epsilon(steps: Iterable[tuple[float, float, int]], delta: float) -> floa
         >>> round(rdp_epsilon([(1.0, 0.1, 100)], 1e-5), 3)  # doctest: +SKIP
         7.899
     """
+    accountant = _opacus_accountant("RDPAccountant", steps)
+    return 0.0 if accountant is None else float(accountant.get_epsilon(delta=delta))
+
+
+def _opacus_accountant(kind: str, steps: Iterable[tuple[float, float, int]]) -> Any:
+    """Opacus's accountant ``kind`` holding ``steps`` (``(z, q, n)``, empty ones left out) as its history; ``None``
+    when there is no step."""
     history = [(float(z), float(q), int(n)) for z, q, n in steps if n > 0]
     if not history:
-        return 0.0
+        return None
     try:
-        from opacus.accountants import RDPAccountant
+        from opacus import accountants
     except ImportError as error:  # pragma: no cover - exercised only without the extra
         raise ImportError(f"privacy accounting needs opacus: {INSTALL_HINT}") from error
-    accountant = RDPAccountant()
+    accountant = getattr(accountants, kind)()
     accountant.history = history
-    return float(accountant.get_epsilon(delta=delta))
+    return accountant
 
 
 def check_accountant(accountant: str, delta: float) -> None:
@@ -150,19 +158,14 @@ def prv_epsilon(steps: Iterable[tuple[float, float, int]], delta: float) -> floa
         >>> round(prv_epsilon([(1.0, 0.1, 12)], 1e-5), 3)  # doctest: +SKIP
         3.031
     """
-    history = [(float(z), float(q), int(n)) for z, q, n in steps if n > 0]
-    if not history:
+    accountant = _opacus_accountant("PRVAccountant", steps)
+    if accountant is None:
         return 0.0
-    try:
-        from opacus.accountants import PRVAccountant
-    except ImportError as error:  # pragma: no cover - exercised only without the extra
-        raise ImportError(f"privacy accounting needs opacus: {INSTALL_HINT}") from error
+    history = accountant.history
     with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         warnings.simplefilter("ignore", UserWarning)  # Opacus's RDP order-range notes, from its domain bound
         size = prv_domain_size(history, delta)
         if size <= PRV_MAX_DOMAIN:
-            accountant = PRVAccountant()
-            accountant.history = history
             try:
                 return max(0.0, float(accountant.get_epsilon(delta=delta)))
             except (ValueError, RuntimeError) as error:
