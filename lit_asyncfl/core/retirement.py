@@ -30,7 +30,8 @@ class RetiredOffline:
     """An availability in which the clients that client callbacks retired (:attr:`ClientCallback.retired
     <lit_asyncfl.client_callbacks.base.ClientCallback.retired>`) are offline for good: every scheduler, whichever
     way it looks for clients (``idle_online``, ``sample_idle``, ``availability.online``/``is_online``), then leaves
-    them alone, as it does a device that went away. Everything else is the wrapped availability's.
+    them alone, as it does a device that went away (and the rows' ``num_online``, read from :meth:`online`, counts
+    them as offline). Everything else is the wrapped availability's.
 
     Args:
         availability: The run's availability.
