@@ -96,3 +96,17 @@ def test_budget_determinism_and_exact_resume(tmp_path):
 def test_local_budget_refusals(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LocalGaussianNoise(**{"clip_norm": 1.0, "noise_multiplier": 2.0, **kwargs})
+
+
+def test_budget_with_devices_going_offline(tmp_path):
+    """Under Bernoulli availability (devices offline half the time; 20% of jobs crash, uploading nothing), a retired
+    client is never woken for: the run still ends with "privacy_budget", every client at exactly its 5 uploads."""
+    from lit_asyncfl.availability import Bernoulli
+
+    algo = DifferentiallyPrivate(FedAsync(concurrency=4), clip_norm=0.5, noise_multiplier=3.0, max_epsilon=8.0,
+                                 mode="local")  # fmt: skip
+    trainer = run(tmp_path, algo, max_versions=10_000, availability=Bernoulli(p=0.5, slot=30.0, crash_probability=0.2))
+    local = algo.client_callbacks[-1]
+    assert trainer.summary["stop_reason"] == "privacy_budget"
+    assert local.uploads == {c: 5 for c in range(10)} and local.retired.all()
+    assert trainer.simulator.dropped["crash"] > 0  # jobs were lost (and not counted: they released nothing)
