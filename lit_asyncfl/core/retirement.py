@@ -53,6 +53,11 @@ class RetiredOffline:
         self.inner = availability
         self.callbacks = list(callbacks)
 
+    @property
+    def always_online(self) -> bool:
+        """``False``: clients may retire, so every question must be asked (never shortcut as always online)."""
+        return False
+
     def online(self, time: float) -> np.ndarray:
         online = self.inner.online(time)
         retired = retired_clients(self.callbacks)

@@ -110,6 +110,11 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
         self.client_state = client_state
         self.availability = availability if availability is not None else AlwaysAvailable()
         self.availability.setup(len(num_samples), seed)
+        # A retired client is offline for good, to every scheduler. Wrapped before anything reads the availability:
+        # RetiredOffline is never always_online, so a shortcut for always-online runs must see the wrapper.
+        self._retiring = [cb for cb in client_callbacks if cb.retires_clients]
+        if self._retiring:
+            self.availability = RetiredOffline(self.availability, self._retiring)
         self.on_client_error = on_client_error
         self.server = server
         server.seed = seed
@@ -124,9 +129,6 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
         self.seed = seed
         self.model_bytes = model_bytes
         self.client_callbacks = list(client_callbacks)
-        self._retiring = [cb for cb in self.client_callbacks if cb.retires_clients]
-        if self._retiring:  # a retired client is offline for good, to every scheduler
-            self.availability = RetiredOffline(self.availability, self._retiring)
         self.profiles = profiles if profiles is not None else sample_profiles(device_model, self.num_clients, seed)
         self.rng = np.random.default_rng([seed, 0x5C4ED])
         self.queue = EventQueue()
