@@ -108,13 +108,13 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
     ) -> None:
         check_choice("on_client_error", on_client_error, ON_CLIENT_ERROR)
         self.client_state = client_state
-        self.availability = availability if availability is not None else AlwaysAvailable()
-        self.availability.setup(len(num_samples), seed)
         # A retired client is offline for good, to every scheduler. Wrapped before anything reads the availability:
         # RetiredOffline is never always_online, so a shortcut for always-online runs must see the wrapper.
         self._retiring = [cb for cb in client_callbacks if cb.retires_clients]
         if self._retiring:
-            self.availability = RetiredOffline(self.availability, self._retiring)
+            availability = RetiredOffline(availability or AlwaysAvailable(), self._retiring)
+        self.availability = availability if availability is not None else AlwaysAvailable()
+        self.availability.setup(len(num_samples), seed)
         self.on_client_error = on_client_error
         self.server = server
         server.seed = seed
