@@ -33,9 +33,12 @@ class DifferentiallyPrivate(Algorithm):
         clip_norm: The clipping bound :math:`C > 0` on each client's delta (L2).
         noise_multiplier: :math:`z \ge 0`; ``0`` clips only (:math:`\varepsilon = \infty`).
         delta: :math:`\delta \in (0, 1)` at which :math:`\varepsilon` is reported.
-        max_epsilon: Optional budget :math:`> 0`: updates are rejected once one more aggregation would spend more
-            (central mode only).
+        max_epsilon: Optional budget :math:`> 0`. Central mode: updates are rejected once one more aggregation
+            would spend more. Local mode: per client; a client whose next upload would spend more is no longer
+            dispatched, and the run ends (``stop_reason="privacy_budget"``) once no client may upload.
         mode: ``"central"`` (noise on the server's step) or ``"local"`` (noise on each upload, by the client).
+        accountant: ``"rdp"`` (Opacus's ``RDPAccountant``, Mironov et al.) or ``"prv"`` (its ``PRVAccountant``,
+            Gopi, Lee and Wutschitz, 2021: tighter, slower; ``delta`` in ``[1e-10, 0.01]``).
 
     Example:
         >>> from lit_asyncfl.algorithms import FedBuff
@@ -52,6 +55,7 @@ class DifferentiallyPrivate(Algorithm):
         delta: float = 1e-5,
         max_epsilon: float | None = None,
         mode: str = "central",
+        accountant: str = "rdp",
     ) -> None:
         check(isinstance(algorithm, Algorithm), f"algorithm must be an Algorithm, got {type(algorithm).__name__}")
         check(not isinstance(algorithm, DifferentiallyPrivate), "algorithm is already DifferentiallyPrivate")
@@ -66,12 +70,12 @@ class DifferentiallyPrivate(Algorithm):
                 stacklevel=2,
             )
         server_callbacks, client_callbacks = list(algorithm.server_callbacks), list(algorithm.client_callbacks)
+        accounting = {"delta": delta, "max_epsilon": max_epsilon, "accountant": accountant}
         if mode == "central":
-            noise = GaussianAggregateNoise(noise_multiplier, delta=delta, max_epsilon=max_epsilon)
+            noise = GaussianAggregateNoise(noise_multiplier, **accounting)
             server_callbacks = [noise, *server_callbacks, DeltaClipping(clip_norm)]
         else:
-            check(max_epsilon is None, f"max_epsilon={max_epsilon} is a budget of the central mode; use mode='central'")
-            client_callbacks.append(LocalGaussianNoise(clip_norm, noise_multiplier, delta=delta))
+            client_callbacks.append(LocalGaussianNoise(clip_norm, noise_multiplier, **accounting))
         hparams = {
             "algorithm": algorithm,
             "clip_norm": clip_norm,
@@ -79,6 +83,7 @@ class DifferentiallyPrivate(Algorithm):
             "delta": delta,
             "max_epsilon": max_epsilon,
             "mode": mode,
+            "accountant": accountant,
         }
         super().__init__(
             scheduler=algorithm.scheduler,

@@ -49,6 +49,7 @@ def main() -> None:
     parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS))
     parser.add_argument("--mode", choices=("central", "local"), default="central", help="who adds the noise")
     parser.add_argument("--no-baseline", action="store_true", help="skip the run without DP")
+    parser.add_argument("--accountant", choices=("rdp", "prv"), default="rdp", help="Opacus's RDP or PRV accountant")
     args = parser.parse_args()
     print(f"digits, {args.clients} clients, Dirichlet(0.5), LeNet-5, {args.time:g} virtual s, seed {args.seed}, "
           f"{args.mode} DP, C = {args.clip:g}, delta = {args.delta:g}\n")  # fmt: skip
@@ -59,7 +60,7 @@ def main() -> None:
             algo = ALGORITHMS[name]()
             if z is not None:
                 algo = DifferentiallyPrivate(
-                    algo, clip_norm=args.clip, noise_multiplier=z, delta=args.delta, mode=args.mode
+                    algo, args.clip, z, delta=args.delta, mode=args.mode, accountant=args.accountant
                 )
             s = fit(algo, args)
             eps = s.get("dp_epsilon" if args.mode == "central" else "dp_local_epsilon")

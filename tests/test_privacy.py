@@ -141,7 +141,8 @@ def test_budget_stops_aggregating_before_exceeding_max_epsilon(tmp_path):
                                  max_epsilon=3.0)  # fmt: skip
     trainer = run(tmp_path, algo, max_virtual_time=3000)
     noise = algo.server_callbacks[0]
-    assert trainer.summary["reject_reasons"].get("privacy_budget", 0) > 0
+    assert trainer.summary["reject_reasons"].get("privacy_budget", 0) == 1  # the run ends at the first
+    assert trainer.summary["stop_reason"] == "privacy_budget"
     assert trainer.summary["dp_epsilon"] <= 3.0
     assert noise.epsilon_after({0.2: 1}) > 3.0  # one more aggregation would have exceeded it
 
@@ -317,7 +318,7 @@ def test_local_dp_fit_refuses_batch_norm_before_training(tmp_path):
 def test_local_mode_refusals():
     with pytest.raises(ValueError, match="mode"):
         DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0, mode="shuffle")
-    with pytest.raises(ValueError, match=r"max_epsilon=2\.0 is a budget of the central mode"):
+    with pytest.raises(ValueError, match=r"max_epsilon=2\.0 allows no upload: one upload already spends"):
         DifferentiallyPrivate(FedBuff(), clip_norm=1.0, noise_multiplier=1.0, max_epsilon=2.0, mode="local")
     for bad in ({"clip_norm": 0.0}, {"noise_multiplier": -1.0}, {"delta": 1.0}):
         with pytest.raises(ValueError, match=next(iter(bad))):

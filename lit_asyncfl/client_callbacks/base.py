@@ -45,6 +45,15 @@ class ClientCallback:
     #: Names of this callback's attributes that are dicts keyed by client id, of which a job of client ``c`` reads and
     #: writes entry ``c`` only: what the default :meth:`job_state` and :meth:`job_result` carry.
     client_state_attributes: tuple[str, ...] = ()
+    #: ``True`` when the callback may retire clients for good (e.g. local DP's budget spent): it then keeps
+    #: :attr:`retired` (a bool per client, from ``on_fit_start``), the simulator treats a retired client as offline
+    #: for good (never dispatched again), and the run ends, with ``stop_reason`` :attr:`retire_reason`, once every
+    #: client is retired and no job is left.
+    retires_clients: bool = False
+    #: Which clients are retired (when :attr:`retires_clients`).
+    retired: Any = None
+    #: The run's ``stop_reason`` when every client is retired.
+    retire_reason: str = "clients_retired"
 
     @property
     def state_key(self) -> str:

@@ -25,6 +25,7 @@ from lit_asyncfl.core.clock import Event, EventQueue
 from lit_asyncfl.core.job_work import sample_profiles, samples_before_step
 from lit_asyncfl.core.jobs import CRASH_STREAM, JOB_EVENTS, ClientJobError, JobLifecycle
 from lit_asyncfl.core.observer import SimulationObserver
+from lit_asyncfl.core.retirement import RetiredOffline, retired_clients
 from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.simulation_state import SimulatorCheckpoint
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
@@ -108,6 +109,11 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
     ) -> None:
         check_choice("on_client_error", on_client_error, ON_CLIENT_ERROR)
         self.client_state = client_state
+        # A retired client is offline for good, to every scheduler. Wrapped before anything reads the availability:
+        # RetiredOffline is never always_online, so a shortcut for always-online runs must see the wrapper.
+        self._retiring = [cb for cb in client_callbacks if cb.retires_clients]
+        if self._retiring:
+            availability = RetiredOffline(availability or AlwaysAvailable(), self._retiring)
         self.availability = availability if availability is not None else AlwaysAvailable()
         self.availability.setup(len(num_samples), seed)
         #: Every device online at all times and no crash (the default): the simulator then asks the availability
@@ -247,9 +253,13 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
 
         Returns:
             Why the loop stopped: ``"max_versions"``, ``"max_virtual_time"``, ``"queue_empty"``, ``"stopped"``
-            (``after_event`` asked) or ``"stalled"``.
+            (``after_event`` asked), ``"stalled"``, the ``stop_reason`` a server callback set, or the
+            ``retire_reason`` of a client callback that retired every client once no job is left (both
+            ``"privacy_budget"`` for DP's budgets).
         """
         while self.queue:
+            if self._all_retired():
+                return self._retiring[0].retire_reason
             if max_versions is not None and self.server.version >= max_versions:
                 return "max_versions"
             head = self.queue.peek()
@@ -259,11 +269,23 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
             self.step()
             if after_event is not None and after_event():
                 return "stopped"
+            stop = next((cb.stop_reason for cb in self.server.callbacks if cb.stop_reason), None)
+            if stop is not None:  # a server callback can make no more progress (e.g. central DP's budget)
+                return stop
             if max_stalled_arrivals is not None and self.stalled_arrivals >= max_stalled_arrivals:
                 return "stalled"
         if max_versions is not None and self.server.version >= max_versions:
             return "max_versions"
+        if self._all_retired():
+            return self._retiring[0].retire_reason
         return "queue_empty"
+
+    def _all_retired(self) -> bool:
+        """Whether client callbacks retired every client and no job is left in flight or waiting."""
+        if not self._retiring or self.in_flight or self.waiting:
+            return False
+        retired = retired_clients(self._retiring)
+        return retired is not None and bool(retired.all())
 
     def step(self) -> None:
         """Process the next event."""

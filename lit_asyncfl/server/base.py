@@ -28,6 +28,9 @@ class ServerCallback:
     rejection_kind: str = "rejected"
     #: Fraction of the training data held out for the server before partitioning (``server.data``).
     server_data_fraction: float = 0.0
+    #: Set by the callback to a reason (e.g. ``"privacy_budget"``) when the server can make no more progress: the run
+    #: then ends at the end of the event, with that ``stop_reason``. Reset it in :meth:`on_fit_start`.
+    stop_reason: str | None = None
 
     @property
     def state_key(self) -> str:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from lit_asyncfl.checks import check, check_number
 from lit_asyncfl.core.seeding import derive_seed
-from lit_asyncfl.functional.privacy import clip_delta, gaussian_noise, rdp_epsilon, require_opacus
+from lit_asyncfl.functional.privacy import check_accountant, clip_delta, epsilon_spent, gaussian_noise, require_opacus
 from lit_asyncfl.server.adaptive_optimizer import AdaptiveServerOptimizer
 from lit_asyncfl.server.aggregators import Aggregator, DeltaAverage, Mixing, ModelAverage
 from lit_asyncfl.server.base import ServerCallback
@@ -140,7 +140,8 @@ class GaussianAggregateNoise(ServerCallback):
 
     **Accounting.** Each aggregation is one step of the subsampled Gaussian mechanism with noise multiplier
     :math:`z` and sample rate :math:`q = K / N` (updates in the aggregation over clients), composed with Opacus's
-    RDP accountant; :attr:`epsilon` is the :math:`\varepsilon` at ``delta``. This is DP-FedBuff's accounting.
+    RDP accountant (or its PRV accountant, Gopi et al., 2021, with ``accountant="prv"``); :attr:`epsilon` is the
+    :math:`\varepsilon` at ``delta``. This is DP-FedBuff's accounting.
     Asynchronous arrivals are *not* Poisson sampling (who arrives depends on device speed and on the previous
     dispatches), so this :math:`\varepsilon` is the standard approximation, not a proof. The denominator of
     ``normalize=True`` and of :class:`ModelAverage` depends on who participated; the sensitivity is taken with the
@@ -155,8 +156,12 @@ class GaussianAggregateNoise(ServerCallback):
     Args:
         noise_multiplier: :math:`z \ge 0` (``0``: clipping only, :math:`\varepsilon = \infty`).
         delta: The :math:`\delta \in (0, 1)` at which :math:`\varepsilon` is reported.
-        max_epsilon: Budget: once one more aggregation of ``buffer_size`` updates would spend more, every update is
-            rejected (``reject_reasons["privacy_budget"]``); ``None``: no budget. Needs a ``buffer_size``.
+        max_epsilon: Budget: once one more aggregation of ``buffer_size`` updates would spend more, the arriving
+            update is rejected (``reject_reasons["privacy_budget"]``) and the run ends after that event
+            (``stop_reason="privacy_budget"``: no later aggregation could fit); ``None``: no budget. Needs a
+            ``buffer_size``.
+        accountant: ``"rdp"`` (Opacus's ``RDPAccountant``) or ``"prv"`` (its ``PRVAccountant``: tighter, slower;
+            ``delta`` in ``PRV_DELTA_RANGE``; see :func:`~lit_asyncfl.functional.privacy.prv_epsilon`).
 
     Example:
         >>> noise = GaussianAggregateNoise(noise_multiplier=1.0, delta=1e-5)
@@ -164,9 +169,13 @@ class GaussianAggregateNoise(ServerCallback):
         (1.0, 0.0)
     """
 
-    def __init__(self, noise_multiplier: float, delta: float = 1e-5, max_epsilon: float | None = None) -> None:
+    def __init__(
+        self, noise_multiplier: float, delta: float = 1e-5, max_epsilon: float | None = None, accountant: str = "rdp"
+    ) -> None:
         check_number("noise_multiplier", noise_multiplier, 0)
         check_number("delta", delta, 0, 1, open_min=True, open_max=True)
+        check_accountant(accountant, delta)
+        self.accountant = accountant
         if noise_multiplier > 0:
             require_opacus("GaussianAggregateNoise")
         if max_epsilon is not None:
@@ -247,6 +256,7 @@ class GaussianAggregateNoise(ServerCallback):
         )
         self._clip_norm = clipping[0].clip_norm
         self.steps, self._cache = {}, {}
+        self.stop_reason = None
 
     def sample_rate(self, server: Server, count: int) -> float:
         """The accountant's :math:`q` of an aggregation of ``count`` updates: ``count / num_clients`` (at most 1)."""
@@ -261,7 +271,8 @@ class GaussianAggregateNoise(ServerCallback):
             steps[q] = steps.get(q, 0) + n
         key = tuple(sorted(steps.items()))
         if key not in self._cache:
-            self._cache[key] = rdp_epsilon([(self.noise_multiplier, q, n) for q, n in steps.items()], self.delta)
+            history = [(self.noise_multiplier, q, n) for q, n in steps.items()]
+            self._cache[key] = epsilon_spent(history, self.delta, self.accountant)
         return self._cache[key]
 
     @property
@@ -273,7 +284,10 @@ class GaussianAggregateNoise(ServerCallback):
         if self.max_epsilon is None:
             return None
         q = self.sample_rate(server, server.aggregator.buffer_size)
-        return "privacy_budget" if self.epsilon_after({q: 1}) > self.max_epsilon else None
+        if self.epsilon_after({q: 1}) <= self.max_epsilon:
+            return None
+        self.stop_reason = "privacy_budget"  # no later aggregation can fit either: the run ends after this event
+        return "privacy_budget"
 
     def transform_aggregate(self, server: Server, step: Tensor, updates: list[ClientUpdate]) -> Tensor:
         if self.noise_multiplier == 0:
