@@ -403,7 +403,6 @@ def test_a_loader_without_shuffle_keeps_each_clients_batches_in_order_with_the_s
     trainer = _trainer(tmp_path, FedAsync(concurrency=2), [per_client], num_clients=2, max_versions=4, eval_every=2)
     train = DataLoader(TensorDataset(x[:30], y[:30]), batch_size=3, shuffle=False)
     trainer.fit(RecordsBatches(input_dim=64), train, DataLoader(TensorDataset(x[30:], y[30:]), batch_size=8))
-    assert per_client._shards.shuffle is False
     shards = [s.tolist() for s in per_client._shards.indices_numpy()]
     assert seen and all(s == sorted(s) for s in shards)
     for batch in seen:
@@ -412,6 +411,7 @@ def test_a_loader_without_shuffle_keeps_each_clients_batches_in_order_with_the_s
         own = next(s for s in shards if ids[0] in s)
         start = own.index(ids[0])
         assert start % 3 == 0 and ids == own[start : start + len(ids)]  # a slice of the shard, in order
+    assert per_client._shards.shuffle is False
 
 
 class LogsNoAccuracy(LogisticRegression):
@@ -448,7 +448,7 @@ def test_what_per_client_evaluation_needs_is_refused_at_fit_start(tmp_path):
             fit("step", NoValidation())
     gen = torch.Generator().manual_seed(0)
     loader = DataLoader(TensorDataset(torch.randn(40, 64, generator=gen), torch.arange(40) % 10), batch_size=4)
-    with pytest.raises(ValueError, match="no validation loader .* pass val_dataloaders"):
+    with pytest.raises(ValueError, match=r"no validation loader .* pass val_dataloaders"):
         fit("loader", LogisticRegression(input_dim=64), loader)
     with pytest.warns(UserWarning, match="no logged metric ends in acc"):
         with pytest.raises(ValueError, match=r"needs a monitored metric, .* FederatedTrainer\(monitor=\.\.\."):
