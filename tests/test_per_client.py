@@ -424,16 +424,13 @@ def test_what_per_client_evaluation_needs_is_refused_at_fit_start(tmp_path):
     import lightning as L
     from torch.utils.data import DataLoader, TensorDataset
 
-    class NoValidation(L.LightningModule):
+    class NoValidation(L.LightningModule):  # a logistic regression's training, without its validation_step
         def __init__(self):
             super().__init__()
-            self.layer = torch.nn.Linear(64, 10)
-
-        def forward(self, x):
-            return self.layer(x.flatten(1))
+            self.classifier = LogisticRegression(input_dim=64)
 
         def training_step(self, batch, batch_idx):
-            return F.cross_entropy(self(batch[0]), batch[1])
+            return F.cross_entropy(self.classifier(batch[0]), batch[1])
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
