@@ -9,6 +9,7 @@ personalized evaluation after ``k`` fine-tuning steps). See ``docs/per_client.md
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -16,7 +17,6 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import default_collate
 
@@ -26,13 +26,11 @@ from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards, steps_per_epoch
 from lit_asyncfl.engines.base import generators_kept
 from lit_asyncfl.loops.validation_loop import run_evaluation
-from lit_asyncfl.namespaces import is_overridden
 
 __all__ = [
     "ClientEvaluator",
     "client_statistics",
     "hold_out",
-    "logit_sample_metrics",
     "personalization_job",
     "personalization_seed",
     "with_indices",
@@ -84,16 +82,23 @@ def hold_out(indices: Sequence[np.ndarray], fraction: float, seed: int) -> tuple
 
 
 def with_indices(shards: ClientShards | DatasetShards, indices: Sequence[np.ndarray]) -> ClientShards | DatasetShards:
-    """The same data and settings as ``shards``, each client holding ``indices`` instead.
+    """The same data and settings as ``shards`` (a shallow copy: every attribute, e.g. ``shuffle`` and
+    ``drop_last``, carries over), each client holding ``indices`` instead.
 
     Example:
-        >>> shards = ClientShards(torch.zeros(4, 1), torch.arange(4), [np.array([0, 1]), np.array([2, 3])])
-        >>> with_indices(shards, [np.array([0]), np.array([2, 3])]).num_samples(0)
-        1
+        >>> shards = ClientShards(torch.zeros(4, 1), torch.arange(4), [np.array([0, 1]), np.array([2, 3])],
+        ...                       shuffle=False)
+        >>> narrowed = with_indices(shards, [np.array([0]), np.array([2, 3])])
+        >>> narrowed.num_samples(0), narrowed.shuffle
+        (1, False)
     """
+    narrowed = copy.copy(shards)  # every setting carries over (shuffle, drop_last, transform, ...)
     if isinstance(shards, ClientShards):
-        return ClientShards(shards.inputs, shards.targets, indices, shards.device, shards.transform, shards.drop_last)
-    return DatasetShards(shards.dataset, indices, shards.device, shards.collate_fn, shards.transform, shards.drop_last)
+        narrowed.indices = [torch.as_tensor(np.asarray(i, dtype=np.int64), device=shards.device) for i in indices]
+        narrowed._sizes = np.array([len(i) for i in indices], dtype=np.int64)
+    else:
+        narrowed.indices = [np.asarray(i, dtype=np.int64) for i in indices]
+    return narrowed
 
 
 def _tail_mean(sorted_values: np.ndarray, fraction: float, worst_first: bool) -> float:
@@ -143,24 +148,13 @@ def client_statistics(
     return out
 
 
-def logit_sample_metrics(module: L.LightningModule, batch: Any, prefix: str = "val") -> dict[str, Tensor]:
-    """Per-sample cross-entropy and correctness of a classifier's logits: what the evaluation loop scores for a
-    module without a ``validation_step`` (their means are its ``val_loss`` and ``val_acc``)."""
-    x, y = batch[0], batch[1]
-    logits = module(x)
-    return {
-        f"{prefix}_loss": F.cross_entropy(logits, y, reduction="none"),
-        f"{prefix}_acc": (logits.argmax(-1) == y).float(),
-    }
-
-
 class ClientEvaluator:
     """Evaluates one set of weights (or each client's own, fine-tuned) on every client's held-out samples.
 
     **Batched** when the module's validation metrics decompose per sample: the module has a
     ``per_sample_metrics(batch, prefix)`` method returning, for each metric its ``validation_step`` logs, one value
     per sample whose batch-size-weighted mean is what it logs (:class:`~lit_asyncfl.models.ClassificationModule`
-    has one), or it has no ``validation_step`` (the evaluation loop then scores its logits). The held-out samples of
+    has one). The held-out samples of
     all clients are concatenated into batches of ``batch_size`` and each sample's values are summed into its
     client's: one forward pass per large batch whatever the number of clients. **Otherwise** each client's samples
     go through Lightning's evaluation loop (:func:`~lit_asyncfl.loops.run_evaluation`, the module's own
@@ -203,9 +197,7 @@ class ClientEvaluator:
         self.prepare = prepare
         self.batch_size = batch_size
         self.device = device
-        self.decomposes = callable(getattr(self.module, "per_sample_metrics", None)) or not is_overridden(
-            "validation_step", self.module
-        )
+        self.decomposes = callable(getattr(self.module, "per_sample_metrics", None))
 
     # -- data ---------------------------------------------------------------------------------------------------
     def _batch(self, idx: np.ndarray) -> Any:
@@ -231,9 +223,7 @@ class ClientEvaluator:
         return module.on_after_batch_transfer(batch, 0)
 
     def _sample_metrics(self, batch: Any) -> dict[str, Tensor]:
-        if callable(getattr(self.module, "per_sample_metrics", None)):
-            return self.module.per_sample_metrics(batch, "val")
-        return logit_sample_metrics(self.module, batch, "val")
+        return self.module.per_sample_metrics(batch, "val")
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def check_decomposes(self, client: int, monitor: str | None) -> bool:

@@ -74,6 +74,11 @@ def check_seed_everything(seed: int, seed_given: bool) -> None:
     everything itself from ``seed`` at construction (partition, devices, initial weights, every job), which would
     silently replace the user's seed; ``FederatedTrainer(seed=s)`` is what ``seed_everything(s)`` means here.
 
+    The call is seen only through the ``PL_GLOBAL_SEED`` it writes, which the trainer's own seeding writes too: a
+    value equal to what the last trainer left there passes, so ``seed_everything(s)`` repeated with the ``s`` of an
+    earlier ``FederatedTrainer(seed=s)`` is not seen (a limitation, in ``docs/lightning.md``; no write of the same
+    value can be told from another).
+
     Example:
         >>> check_seed_everything(0, seed_given=True)
     """

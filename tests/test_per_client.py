@@ -382,3 +382,72 @@ def test_a_dataset_read_sample_by_sample_is_evaluated_per_client_by_hand(tmp_pat
         accs = [(model(x[h]).argmax(-1) == y[h]).double().mean().item() for h in per_client.held_out]
     assert per_client._last["client_val_acc"] == pytest.approx(accs, abs=1e-12)
     assert trainer.history[-1]["client_acc_mean"] == pytest.approx(np.mean(accs), abs=1e-12)
+
+
+# -- the clients' settings carry over; what it needs is refused at fit start -------------------------------------
+def test_a_loader_without_shuffle_keeps_each_clients_batches_in_order_with_the_split(tmp_path):
+    """DataLoader(shuffle=False): every job iterates its client's training shard (held-out samples removed) in
+    dataset order, as without PerClientEvaluation (the split used to rebuild the shards shuffled)."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(40, 64, generator=gen), torch.randint(0, 10, (40,), generator=gen)
+    seen: list[torch.Tensor] = []  # outside the module: the engines train copies of it
+
+    class RecordsBatches(LogisticRegression):
+        def training_step(self, batch, batch_idx):
+            seen.append(batch[0].detach().clone())
+            return super().training_step(batch, batch_idx)
+
+    per_client = PerClientEvaluation(holdout=0.25)
+    trainer = _trainer(tmp_path, FedAsync(concurrency=2), [per_client], num_clients=2, max_versions=4, eval_every=2)
+    train = DataLoader(TensorDataset(x[:30], y[:30]), batch_size=3, shuffle=False)
+    trainer.fit(RecordsBatches(input_dim=64), train, DataLoader(TensorDataset(x[30:], y[30:]), batch_size=8))
+    shards = [s.tolist() for s in per_client._shards.indices_numpy()]
+    assert seen and all(s == sorted(s) for s in shards)
+    for batch in seen:
+        ids = (batch[:, None, :] == x[None, :30]).all(-1).nonzero()[:, 1].tolist()
+        assert len(ids) == len(batch)
+        own = next(s for s in shards if ids[0] in s)
+        start = own.index(ids[0])
+        assert start % 3 == 0 and ids == own[start : start + len(ids)]  # a slice of the shard, in order
+    assert per_client._shards.shuffle is False
+
+
+class LogsNoAccuracy(LogisticRegression):
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", F.cross_entropy(self(batch[0]), batch[1]))
+
+
+def test_what_per_client_evaluation_needs_is_refused_at_fit_start(tmp_path):
+    """No validation_step, no validation loader or no monitored metric: it used to do nothing, silently."""
+    import lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class NoValidation(L.LightningModule):  # a logistic regression's training, without its validation_step
+        def __init__(self):
+            super().__init__()
+            self.classifier = LogisticRegression(input_dim=64)
+
+        def training_step(self, batch, batch_idx):
+            return F.cross_entropy(self.classifier(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def fit(name, model, *data, **kwargs):
+        trainer = _trainer(tmp_path / name, FedAsync(concurrency=2), [PerClientEvaluation()], max_versions=2,
+                           **kwargs)  # fmt: skip
+        trainer.fit(model, *data, **({} if data else {"datamodule": DigitsDataModule()}))
+
+    with pytest.warns(UserWarning, match="no validation_step"):
+        with pytest.raises(ValueError, match=r"validation_step, but NoValidation has none: define .*val_acc"):
+            fit("step", NoValidation())
+    gen = torch.Generator().manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(40, 64, generator=gen), torch.arange(40) % 10), batch_size=4)
+    with pytest.raises(ValueError, match=r"no validation loader .* pass val_dataloaders"):
+        fit("loader", LogisticRegression(input_dim=64), loader)
+    with pytest.warns(UserWarning, match="no logged metric ends in acc"):
+        with pytest.raises(ValueError, match=r"needs a monitored metric, .* FederatedTrainer\(monitor=\.\.\."):
+            fit("monitor", LogsNoAccuracy(input_dim=64))
+    fit("named", LogsNoAccuracy(input_dim=64), monitor="val_loss", mode="min", target_accuracy=0.1)  # named: runs

@@ -18,6 +18,7 @@ from lit_asyncfl.checks import check, check_int, check_number
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.engines import LightningLocalTrainer, LocalTrainer
 from lit_asyncfl.engines.kernels import choose_onednn
+from lit_asyncfl.namespaces import is_overridden
 from lit_asyncfl.per_client import SUMMARY_STATISTICS, ClientEvaluator, client_statistics, hold_out, with_indices
 from lit_asyncfl.reporting import plot_clients, write_clients_csv
 
@@ -55,8 +56,13 @@ class PerClientEvaluation(Callback):
     reaching the target; ``clients.png`` in the log dir plots the distribution over clients against virtual time
     (percentile bands, mean, worst 10%, the global metric), ``clients.csv`` every client's last values.
 
+    **What it needs.** The module's ``validation_step`` (the metrics it logs are the ones evaluated per client), a
+    validation loader (the global evaluation resolves the monitored metric) and a monitored metric (one logged
+    ending in ``acc``/``accuracy``/``r2``, or ``FederatedTrainer(monitor=...)``); a run without any of them is
+    refused at fit start.
+
     **Cost.** When the module's validation metrics decompose per sample (a ``per_sample_metrics`` method, which
-    every :class:`~lit_asyncfl.models.ClassificationModule` has, or no ``validation_step``), all clients' held-out
+    every :class:`~lit_asyncfl.models.ClassificationModule` has), all clients' held-out
     samples are evaluated together in batches of ``batch_size`` (a few forward passes over ``holdout`` of the
     training set, whatever the number of clients); otherwise (checked once, on one client, against
     ``validation_step``) each client runs its own evaluation loop, which a message says. Personalization trains
@@ -155,6 +161,19 @@ class PerClientEvaluation(Callback):
             "setup_client_data before any client trains)",
         )
         assert trainer.global_model is not None
+        module = type(trainer.global_model).__name__
+        check(
+            is_overridden("validation_step", trainer.global_model),
+            f"PerClientEvaluation scores each client with the module's validation_step, but {module} has none: "
+            f"define {module}.validation_step logging an accuracy-like metric (e.g. self.log('val_acc', ...)), or "
+            "drop PerClientEvaluation",
+        )
+        check(
+            bool(trainer.evaluation.batches),
+            "PerClientEvaluation reports the metric the global evaluation monitors, but the run has no validation "
+            "loader (the global model is never evaluated): pass val_dataloaders (or a data module with a "
+            "val_dataloader), or drop PerClientEvaluation",
+        )
         batch_size = self.batch_size or getattr(dm, "eval_batch_size", None) or DEFAULT_BATCH_SIZE
         prepare = getattr(dm, "prepare_inputs", lambda inputs: inputs)
         self._personal = [
@@ -181,8 +200,13 @@ class PerClientEvaluation(Callback):
         sim, evaluator = trainer.simulator, self._evaluator
         assert sim is not None and evaluator is not None
         monitor = trainer.evaluation.monitor_name
-        if monitor is None:
-            return {}
+        check(  # the first evaluation (version 0, at fit start) resolves the monitor
+            monitor is not None,
+            "PerClientEvaluation needs a monitored metric, but the module's validation_step logs none ending in acc, "
+            "accuracy or r2: log an accuracy-like metric (e.g. self.log('val_acc', ...)) or name one with "
+            "FederatedTrainer(monitor=..., mode=...)",
+        )
+        assert monitor is not None
         weights = sim.server.weights
         if not self._checked:
             self._checked = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -10,6 +11,7 @@ from lit_asyncfl.checks import check, check_number
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.functional.privacy import (
+    RDP_FALLBACK,
     check_accountant,
     clip_delta,
     epsilon_spent,
@@ -102,6 +104,8 @@ class LocalGaussianNoise(ClientCallback):
             self.retires_clients = True
         #: Uploads per client (the accountant's history).
         self.uploads: dict[int, int] = {}
+        self._epsilons: dict[int, float] = {}  # uploads -> epsilon (a function of the settings above and the count)
+        self._fallback_said = False
 
     def check_module(self, module: Any) -> None:
         """Refuse a module with floating buffers (BatchNorm running statistics): they would be clipped and noised
@@ -140,12 +144,33 @@ class LocalGaussianNoise(ClientCallback):
     @property
     def epsilon(self) -> float:
         """The :math:`\\varepsilon` at :attr:`delta` of the client that uploaded most."""
-        most = max(self.uploads.values(), default=0)
-        if most == 0:
+        return self.epsilon_after(max(self.uploads.values(), default=0))
+
+    def epsilon_after(self, uploads: int) -> float:
+        """The :math:`\\varepsilon` at :attr:`delta` of a client after ``uploads`` uploads: computed once per count
+        (every evaluation row reads it), and the PRV accountant's fall back to the RDP bound said once per callback.
+
+        Example:
+            >>> LocalGaussianNoise(clip_norm=1.0, noise_multiplier=0.0).epsilon_after(3)
+            inf
+        """
+        if uploads == 0:
             return 0.0
         if self.noise_multiplier == 0:
             return float("inf")
-        return epsilon_spent([(self.noise_multiplier / 2, 1.0, most)], self.delta, self.accountant)
+        if uploads not in self._epsilons:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                self._epsilons[uploads] = epsilon_spent(
+                    [(self.noise_multiplier / 2, 1.0, uploads)], self.delta, self.accountant
+                )
+            for warning in caught:
+                fallback = issubclass(warning.category, RuntimeWarning) and RDP_FALLBACK in str(warning.message)
+                if fallback and self._fallback_said:
+                    continue
+                self._fallback_said |= fallback
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        return self._epsilons[uploads]
 
     def metrics(self) -> dict[str, Any]:
         """``dp_local_epsilon``, ``dp_delta`` and ``dp_max_uploads`` for the rows, loggers and summary."""

@@ -73,4 +73,9 @@ class RetiredOffline:
         return self.inner.next_online(clients if retired is None else clients[~retired[clients]], time)
 
     def __getattr__(self, name: str) -> Any:
+        # Only reached for names not found on self: ``inner`` itself before __init__ set it (copy and pickle build
+        # the object without __init__, then look up __setstate__/__deepcopy__), and the dunder protocol names the
+        # wrapper does not forward, raise as on any object instead of recursing
+        if name == "inner" or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(self.inner, name)

@@ -257,11 +257,11 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
             ``retire_reason`` of a client callback that retired every client once no job is left (both
             ``"privacy_budget"`` for DP's budgets).
         """
-        while self.queue:
-            if self._all_retired():
-                return self._retiring[0].retire_reason
+        while self.queue:  # the budgets in one order, here and after the loop: max_versions, then retirement
             if max_versions is not None and self.server.version >= max_versions:
                 return "max_versions"
+            if self._all_retired():
+                return self._retiring[0].retire_reason
             head = self.queue.peek()
             assert head is not None
             if max_virtual_time is not None and head.time > max_virtual_time:

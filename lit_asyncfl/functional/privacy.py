@@ -27,6 +27,8 @@ PRV_DELTA_RANGE = (1e-10, 1e-2)
 #: The largest discretization (points of the PRV's domain) computed: its cost grows with :math:`\varepsilon` and
 #: :math:`\sqrt{\text{steps}}` (about 1 s and 200 MB at this size); beyond it the RDP bound is reported instead.
 PRV_MAX_DOMAIN = 2**21
+#: What the ``RuntimeWarning`` of :func:`prv_epsilon` says when it reports the RDP bound instead.
+RDP_FALLBACK = "reporting the RDP bound"
 #: Opacus's default additive error of the PRV's :math:`\varepsilon` (its ``eps_error``).
 PRV_EPS_ERROR = 0.01
 
@@ -173,7 +175,7 @@ def prv_epsilon(steps: Iterable[tuple[float, float, int]], delta: float) -> floa
         else:
             why = f"the PRV accountant would discretize on {size:.3g} points (PRV_MAX_DOMAIN = {PRV_MAX_DOMAIN})"
     epsilon = rdp_epsilon(history, delta)
-    warnings.warn(f"{why}: reporting the RDP bound epsilon = {epsilon:.4g} instead", RuntimeWarning, stacklevel=2)
+    warnings.warn(f"{why}: {RDP_FALLBACK} epsilon = {epsilon:.4g} instead", RuntimeWarning, stacklevel=2)
     return epsilon
 
 

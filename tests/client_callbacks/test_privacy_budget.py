@@ -32,6 +32,44 @@ def test_uploads_allowed_match_the_accountant_called_directly(accountant, kind, 
     assert noise.max_uploads == _uploads_by_hand(kind, z, 1e-5, max_epsilon)
 
 
+@pytest.mark.parametrize("accountant", ["rdp", "prv"])
+@pytest.mark.parametrize(("z", "max_epsilon"), [(3.0, 8.0), (4.0, 10.0)])
+def test_the_budget_is_the_last_upload_count_within_max_epsilon(accountant, z, max_epsilon):
+    """uploads_within bisects on epsilon(n) growing with n: the count it finds is the boundary."""
+    noise = LocalGaussianNoise(clip_norm=1.0, noise_multiplier=z, max_epsilon=max_epsilon, accountant=accountant)
+    n = noise.max_uploads
+    assert noise.epsilon_after(n) <= max_epsilon < noise.epsilon_after(n + 1)
+
+
+def test_epsilon_is_computed_once_per_upload_count_and_the_rdp_fallback_said_once(monkeypatch):
+    """Every evaluation row reads epsilon: it used to run the accountant (and repeat PRV's fallback warning) each
+    time."""
+    import warnings
+
+    import lit_asyncfl.client_callbacks.privacy as local
+    import lit_asyncfl.functional.privacy as functional
+
+    calls = []
+
+    def counted(steps, delta, accountant="rdp"):
+        calls.append(steps[0][2])
+        return functional.epsilon_spent(steps, delta, accountant)
+
+    monkeypatch.setattr(local, "epsilon_spent", counted)
+    monkeypatch.setattr(functional, "PRV_MAX_DOMAIN", 0)  # every PRV epsilon falls back to the RDP bound
+    noise = LocalGaussianNoise(clip_norm=1.0, noise_multiplier=3.0, accountant="prv")
+    values = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for most in (1, 1, 2, 2, 2):
+            noise.uploads = {0: most, 1: 1}
+            values.append(noise.epsilon)
+    assert calls == [1, 2]
+    assert sum(functional.RDP_FALLBACK in str(w.message) for w in caught) == 1
+    rdp = [functional.rdp_epsilon([(1.5, 1.0, k)], 1e-5) for k in (1, 2)]
+    assert values == [rdp[0], rdp[0], rdp[1], rdp[1], rdp[1]]
+
+
 @pytest.mark.parametrize(
     "make",
     [

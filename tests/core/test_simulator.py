@@ -259,3 +259,18 @@ def test_bytes_and_counters_add_up(tmp_path):
     assert s["bytes_up"] == 20 * model_bytes
     assert s["bytes_down"] == sim.next_job_id * model_bytes == 23 * model_bytes  # 20 finished + 3 in flight
     assert np.isclose(s["virtual_time"], trainer.history[-1]["virtual_time"])
+
+
+def test_the_stop_reason_is_max_versions_when_it_is_reached_with_every_client_retired():
+    """Both ends reached at once give one reason whether events are still queued or not (the two checks came in
+    opposite orders in and after the loop, so the reason depended on the queue)."""
+    from types import SimpleNamespace
+
+    from lit_asyncfl.core.simulator import Simulator
+
+    gate = SimpleNamespace(retire_reason="privacy_budget")
+    for queue in ([object()], []):
+        sim = SimpleNamespace(queue=queue, server=SimpleNamespace(version=5), _retiring=[gate],
+                              _all_retired=lambda: True)  # fmt: skip
+        assert Simulator.run(sim, max_versions=5) == "max_versions"
+        assert Simulator.run(sim, max_versions=6) == "privacy_budget"
