@@ -194,8 +194,53 @@ def load(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
     return checkpoint
 
 
-#: What a fingerprint written before one of its keys existed meant by its absence (today's default).
-FINGERPRINT_BEFORE_ITS_KEY: dict[str, Any] = {"availability": {"class": "AlwaysAvailable", "crash_probability": 0.0}}
+#: What a fingerprint written before one of its keys existed meant by its absence (today's default). A value that
+#: is a dict without ``"class"`` holds keys of the description under that key (``"data"``: any data module's,
+#: whatever its class) rather than a whole value; see :func:`fill_keys_before_them`.
+FINGERPRINT_BEFORE_ITS_KEY: dict[str, Any] = {
+    "availability": {"class": "AlwaysAvailable", "crash_probability": 0.0},
+    "data": {"shuffle": True, "train_columns": None},
+}
+
+#: What the description of a component written before one of its keys existed meant by its absence (today's
+#: default), by the component's class, wherever it sits in the fingerprint (a partitioner in the data module, a
+#: callback in an algorithm's lists); values as in :data:`FINGERPRINT_BEFORE_ITS_KEY`.
+DESCRIPTION_BEFORE_ITS_KEY: dict[str, dict[str, Any]] = {
+    "Shards": {"distinct_classes": False},
+    "Natural": {"column": None},
+    "GaussianAggregateNoise": {"accountant": "rdp"},
+    "LocalGaussianNoise": {"accountant": "rdp", "max_epsilon": None, "max_uploads": None},
+    "DifferentiallyPrivate": {"hparams": {"accountant": "rdp"}},
+}
+
+
+def fill_keys_before_them(theirs: Any, ours: Any, defaults: dict[str, Any] = FINGERPRINT_BEFORE_ITS_KEY) -> Any:
+    """A checkpoint's fingerprint ``theirs`` with the keys it was written without (before they existed) set to
+    what their absence meant, where the resuming trainer's fingerprint ``ours`` has them: ``defaults`` at this
+    level (:data:`FINGERPRINT_BEFORE_ITS_KEY` at the top), :data:`DESCRIPTION_BEFORE_ITS_KEY` in the description of
+    a class. A checkpoint from before a key then resumes when today's value is its default, and is refused naming
+    the key otherwise.
+
+    Example:
+        >>> theirs = {"data": {"class": "D", "partitioner": {"class": "Shards", "shards_per_client": 2}}}
+        >>> ours = {"data": {"class": "D", "partitioner": {"class": "Shards", "shards_per_client": 2,
+        ...                                                "distinct_classes": True}}}
+        >>> fill_keys_before_them(theirs, ours)["data"]["partitioner"]
+        {'class': 'Shards', 'shards_per_client': 2, 'distinct_classes': False}
+    """
+    if isinstance(theirs, list) and isinstance(ours, list) and len(theirs) == len(ours):
+        return [fill_keys_before_them(a, b, {}) for a, b in zip(theirs, ours)]
+    if not isinstance(theirs, dict) or not isinstance(ours, dict) or theirs.get("class") != ours.get("class"):
+        return theirs  # (another class: compared whole)
+    if "class" in ours:
+        defaults = {**defaults, **DESCRIPTION_BEFORE_ITS_KEY.get(ours["class"], {})}
+    out = {}
+    for key, value in theirs.items():
+        nested = defaults.get(key)
+        keys = nested if isinstance(nested, dict) and "class" not in nested else {}
+        out[key] = fill_keys_before_them(value, ours[key], keys) if key in ours else value
+    out.update({key: defaults[key] for key in ours if key not in theirs and key in defaults})
+    return out
 
 
 def fingerprint_differences(theirs: Any, ours: Any, prefix: str = "") -> list[str]:
@@ -278,7 +323,7 @@ def run_entries(
             f"{path} holds the global model of version {run.get('version')} but no simulation state (a best-model "
             "checkpoint written mid-event): it cannot resume a run; resume from a last.ckpt instead"
         )
-    theirs = {**FINGERPRINT_BEFORE_ITS_KEY, **run["fingerprint"]}
+    theirs = fill_keys_before_them(run["fingerprint"], fingerprint)
     weights_now = run["simulation"]["server"]["weights"]
     if isinstance(theirs.get("model"), dict) and "dtype" not in theirs["model"] and torch.is_tensor(weights_now):
         # written before the dtype was recorded: the simulation's weights have it

@@ -20,7 +20,13 @@ from lit_asyncfl.client_callbacks.base import ClientCallback, LearningRateDecay,
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
 from lit_asyncfl.engines.base import LocalEngine, generators_kept, parse_optimizers
-from lit_asyncfl.engines.cohort_optim import _AdamSettings, _BatchedOptimizer, _SGDSettings, optimizer_settings
+from lit_asyncfl.engines.cohort_optim import (
+    _AdamSettings,
+    _BatchedOptimizer,
+    _SGDSettings,
+    moves_without_gradient,
+    optimizer_settings,
+)
 from lit_asyncfl.engines.cohort_step import CohortJobTrainer, _BatchedStep
 from lit_asyncfl.engines.kernels import OneDNN
 from lit_asyncfl.loops.validation_loop import JobLog
@@ -119,7 +125,11 @@ class CohortEngine(LocalEngine):
 
     What the engine cannot batch is refused at construction, i.e. at fit start, naming ``engine='fast'``: the
     optimizers, buffers and client callbacks of :func:`check_cohort_support`, and a ``training_step`` that updates or
-    logs a torchmetrics object or reads a per-job count from ``self.trainer`` (:meth:`step_refusal`).
+    logs a torchmetrics object, reads a per-job count from ``self.trainer``, or leaves a parameter without a
+    gradient under weight decay, momentum or Adam (:meth:`step_refusal`: the batched gradient of an unused
+    parameter is zero, which these would apply, where ``torch.optim`` skips a parameter whose ``.grad`` is
+    ``None``; plain SGD is exact). The probe runs one batch: a parameter used on it but unused on a later batch
+    is not found.
 
     Args:
         module: The user's module; a private copy is used.
@@ -174,12 +184,15 @@ class CohortEngine(LocalEngine):
     def step_refusal(self) -> str | None:
         """Why the module's ``training_step`` cannot run under the cohort engine, or ``None``: it updates or logs a
         torchmetrics object (one state per job cannot be batched), or reads a count that differs between the jobs
-        of a cohort from ``self.trainer``. Found at construction (fit start) by running ``training_step`` once on
-        the largest client's first batch, on the engine's copy, without gradients, leaving the random generators
-        as they were."""
+        of a cohort from ``self.trainer``, or it leaves a parameter without a gradient under an optimizer that
+        would move it with the zero gradient the batched step gives it (weight decay, momentum, Adam; see
+        :func:`~lit_asyncfl.engines.cohort_optim.moves_without_gradient`). Found at construction (fit start) by
+        running ``training_step`` once on the largest client's first batch, on the engine's copy, leaving the
+        random generators as they were."""
         with generators_kept(self.device), OneDNN(self.onednn), torch.no_grad():
             batch = self._probe_batch()
-            return None if batch is None else self.batched.step_refusal(batch)
+            moves = moves_without_gradient(self.optimizer_settings)
+            return None if batch is None else self.batched.step_refusal(batch, moves)
 
     def padding_refusal(self) -> str | None:
         """Why a batch padded with zero-weight samples would not give this module's exact loss, or ``None``.

@@ -61,6 +61,27 @@ def optimizer_settings(optimizer: Optimizer, schedulers: list) -> _SGDSettings |
     return _SGDSettings(*(float(group[k]) for k in _SGDSettings._fields[:-1]), bool(group["nesterov"]))
 
 
+def moves_without_gradient(settings: _SGDSettings | _AdamSettings) -> str | None:
+    """What in the optimizer would move a parameter whose gradient is zero, or ``None`` (plain SGD).
+
+    The cohort engine's batched gradients are zero for a parameter a step leaves unused, where ``torch.optim``
+    skips a parameter whose ``.grad`` is ``None``: weight decay, a momentum buffer or Adam's moments (kept from the
+    steps that used it) would then move it under the cohort engine only. A zero gradient changes nothing under
+    plain SGD.
+
+    Example:
+        >>> sgd = _SGDSettings(lr=0.1, weight_decay=0.0, momentum=0.9, dampening=0.0, nesterov=False)
+        >>> moves_without_gradient(sgd)
+        'SGD with momentum=0.9'
+        >>> moves_without_gradient(sgd._replace(momentum=0.0)) is None
+        True
+    """
+    if isinstance(settings, _AdamSettings):
+        return "AdamW" if settings.decoupled else "Adam"
+    terms = [f"{name}={getattr(settings, name)}" for name in ("weight_decay", "momentum") if getattr(settings, name)]
+    return f"SGD with {' and '.join(terms)}" if terms else None
+
+
 class _BatchedOptimizer:
     """One optimizer step for many jobs at once: FedProx's term and weight decay added to the gradients, AdamW's
     decoupled decay, and the step direction of SGD (with momentum) or Adam, with one state row per job.

@@ -198,21 +198,38 @@ class _BatchedStep:
         weights = torch.where(real, 1.0 / counts[:, None].to(dtype), 0.0).to(dtype)
         return pytree.tree_map(lambda *leaves: torch.cat(leaves)[index], *batches), weights
 
-    def step_refusal(self, batch: Any) -> str | None:
-        """Why ``training_step`` cannot run batched, found by running it once on ``batch`` (on the engine's copy,
-        without gradients), or ``None``: it updates or logs a torchmetrics object, or reads from ``self.trainer``
-        what differs between the jobs of a cohort (:class:`CohortJobTrainer`). Whatever else ``training_step``
-        raises here surfaces at the first job, as without the probe."""
+    def step_refusal(self, batch: Any, moves_without_gradient: str | None = None) -> str | None:
+        """Why ``training_step`` cannot run batched, found by running it once on ``batch`` (on the engine's copy),
+        or ``None``: it updates or logs a torchmetrics object, reads from ``self.trainer`` what differs between the
+        jobs of a cohort (:class:`CohortJobTrainer`), or it leaves a parameter without a gradient (plain autograd,
+        unused parameters not materialized as zeros) under an optimizer that would move a parameter with the zero
+        gradient the batched step gives it, where ``torch.optim`` skips it (``moves_without_gradient`` names that
+        optimizer, see :func:`~lit_asyncfl.engines.cohort_optim.moves_without_gradient`). Whatever else
+        ``training_step`` raises here surfaces at the first job, as without the probe."""
         try:
-            with self.stand_ins(CohortJobTrainer()):
-                self.module(batch, 0)
+            with self.stand_ins(CohortJobTrainer()), torch.enable_grad():
+                loss, _ = self.module(batch, 0)
         except _MetricRefused as refusal:
             return str(refusal)
         except AttributeError as error:  # what CohortJobTrainer cannot offer
             return f"training_step: {error}" if "self.trainer." in str(error) else None
         except Exception:  # not this probe's business
             return None
-        return None
+        if moves_without_gradient is None or not isinstance(loss, Tensor) or not loss.requires_grad:
+            return None
+        try:
+            grads = torch.autograd.grad(loss, self.flat.params, allow_unused=True)
+        except RuntimeError:  # e.g. a loss that is not a scalar: the first job says so, as without the probe
+            return None
+        unused = [name.removeprefix("m.") for name, g in zip(self.names, grads) if g is None]
+        if not unused:
+            return None
+        return (
+            f"training_step leaves parameters without a gradient ({', '.join(unused[:3])}"
+            f"{', ...' if len(unused) > 3 else ''}; found on the largest client's first batch): torch.optim skips "
+            f"them, but engine='cohort' steps them with a zero gradient, which {moves_without_gradient} moves; use "
+            "engine='fast', plain SGD (no weight decay, no momentum), or remove the unused parameters"
+        )
 
     def padding_refusal(self, batch: Any) -> str | None:
         """Why padding ``batch`` (a first batch of the largest client) with zero-weight samples would not give this
