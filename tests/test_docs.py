@@ -15,8 +15,16 @@ import pytest
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
 PAGES = [*sorted(p for p in DOCS.glob("*.md")), ROOT / "README.md"]
-TESTED_BLOCKS = {"python-api", "callbacks", "custom-algorithm", "preset", "device-model", "partitioner", "privacy",
-                 "flower"}  # flower: run by tests/data/test_flower.py
+TESTED_BLOCKS = {
+    "python-api",
+    "callbacks",
+    "custom-algorithm",
+    "preset",
+    "device-model",
+    "partitioner",
+    "privacy",
+    "flower",
+}  # flower: run by tests/data/test_flower.py
 TESTED_BLOCKS |= {"per-client"}
 TESTED_BLOCKS |= {"ditto"}  # run by tests/test_ditto.py
 

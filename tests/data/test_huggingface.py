@@ -111,8 +111,10 @@ def test_a_dataset_saved_to_disk_is_a_source_on_the_cli(tmp_path):
     )  # fmt: skip
     dm = cli.datamodule
     dm.setup("fit")
-    assert isinstance(dm, HuggingFaceDataModule) and len(dm.train_set) == 40 and repr(dm.partitioner) == (
-        "Natural(column='user')"
+    assert (
+        isinstance(dm, HuggingFaceDataModule)
+        and len(dm.train_set) == 40
+        and repr(dm.partitioner) == ("Natural(column='user')")
     )
 
 
