@@ -68,13 +68,34 @@ def generators_kept(device: torch.device) -> Iterator[None]:
         >>> torch.equal(torch.random.get_rng_state(), state)
         True
     """
-    python, numpy = random.getstate(), np.random.get_state()
+    state = generator_state(device)
     try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            yield
+        yield
     finally:
-        random.setstate(python)
-        np.random.set_state(numpy)
+        restore_generators(device, state)
+
+
+def generator_state(device: torch.device) -> tuple[Any, ...]:
+    """The state of this process's global random generators a job draws from: torch's (and, on CUDA, the
+    device's), Python's and NumPy's; :func:`restore_generators` puts it back (e.g. to resume a parked job).
+
+    Example:
+        >>> state = generator_state(torch.device("cpu"))
+        >>> a = torch.rand(1); restore_generators(torch.device("cpu"), state)
+        >>> torch.equal(torch.rand(1), a)
+        True
+    """
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return torch.random.get_rng_state(), cuda, random.getstate(), np.random.get_state()
+
+
+def restore_generators(device: torch.device, state: tuple[Any, ...]) -> None:
+    """Set this process's global random generators to ``state``, a value of :func:`generator_state`."""
+    torch.random.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+    random.setstate(state[2])
+    np.random.set_state(state[3])
 
 
 class LocalEngine:

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.engines.base import generator_state, restore_generators
 from lit_asyncfl.executors.ray.wire import _portable, _Wire
 
 
@@ -133,7 +132,7 @@ class _JobRunner:
         except BaseException:
             self.spare.append(engine)
             raise
-        self.parked[job.job_id] = (engine, parts, _rng_state(self.device))
+        self.parked[job.job_id] = (engine, parts, generator_state(self.device))
 
     def next_part(self, job: ClientJob, fresh: tuple[Tensor, int] | None) -> tuple[ClientUpdate, list[Any]]:
         """Resume a parked job with the server's answer and finish it."""
@@ -142,7 +141,7 @@ class _JobRunner:
 
         engine, parts, rng = self.parked.pop(job.job_id)
         try:
-            _set_rng_state(self.device, rng)
+            restore_generators(self.device, rng)
             with OneDNN(engine.onednn):
                 update = next_part(parts, fresh)
             return update, [cb.job_result(job) for cb in carried(engine.callbacks)]
@@ -162,20 +161,6 @@ def _load_states(engine: Any, job: ClientJob, states: list[Any] | None) -> None:
     if states is not None:
         for cb, state in zip(carried(engine.callbacks), states, strict=True):
             cb.load_job_state(job, state)
-
-
-def _rng_state(device: torch.device) -> tuple[Any, ...]:
-    """The process's generators a job draws from (it seeded them at its start), to resume it after other jobs."""
-    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-    return torch.random.get_rng_state(), cuda, random.getstate(), np.random.get_state()
-
-
-def _set_rng_state(device: torch.device, state: tuple[Any, ...]) -> None:
-    torch.random.set_rng_state(state[0])
-    if state[1] is not None:
-        torch.cuda.set_rng_state(state[1], device)
-    random.setstate(state[2])
-    np.random.set_state(state[3])
 
 
 def _wire_fresh(fresh: tuple[_Wire, int] | None) -> tuple[Tensor, int] | None:
