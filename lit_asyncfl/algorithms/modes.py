@@ -11,6 +11,10 @@ from lit_asyncfl.checks import check, check_bool
 
 SYNCHRONOUS = ("clients_per_round", "round_deadline")
 ASYNCHRONOUS = ("alpha", "concurrency")
+_REFUSED = {  # asynchronous -> why an argument of the other mode is refused
+    True: "applies to synchronous rounds; with asynchronous=True set alpha and concurrency",
+    False: "applies to asynchronous=True; synchronous rounds take clients_per_round and round_deadline",
+}
 
 
 def rounds_or_fedasync(hparams: dict[str, Any]) -> Algorithm:
@@ -25,21 +29,11 @@ def rounds_or_fedasync(hparams: dict[str, Any]) -> Algorithm:
         'Mixing'
     """
     check_bool("asynchronous", hparams["asynchronous"])
-    if hparams["asynchronous"]:
-        for name in SYNCHRONOUS:
-            check(
-                hparams[name] is None,
-                f"{name}={hparams[name]!r} applies to synchronous rounds; with asynchronous=True set alpha and "
-                "concurrency",
-            )
-        return FedAsync(**{name: hparams[name] for name in ASYNCHRONOUS if hparams[name] is not None})
-    for name in ASYNCHRONOUS:
-        check(
-            hparams[name] is None,
-            f"{name}={hparams[name]!r} applies to asynchronous=True; synchronous rounds take clients_per_round and "
-            "round_deadline",
-        )
-    return FedAvg(**{name: hparams[name] for name in SYNCHRONOUS if hparams[name] is not None})
+    asynchronous = hparams["asynchronous"]
+    mode, preset = (ASYNCHRONOUS, FedAsync) if asynchronous else (SYNCHRONOUS, FedAvg)
+    for name in SYNCHRONOUS if asynchronous else ASYNCHRONOUS:
+        check(hparams[name] is None, f"{name}={hparams[name]!r} {_REFUSED[asynchronous]}")
+    return preset(**{name: hparams[name] for name in mode if hparams[name] is not None})
 
 
 def with_mode(hparams: dict[str, Any], client_callback: Any) -> dict[str, Any]:
