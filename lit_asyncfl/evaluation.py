@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from lit_asyncfl.checks import check, check_int
-from lit_asyncfl.core.seeding import derive_seed
+from lit_asyncfl.core.update import derive_seed
 from lit_asyncfl.data.shards import dataset_tensors
 from lit_asyncfl.loops.validation_loop import run_evaluation
 from lit_asyncfl.reporting import callback_metrics

@@ -63,6 +63,21 @@ OLD_PATHS = {
     "lit_asyncfl.validation_loop": ("lit_asyncfl.loops.validation_loop", "EpochLog JobLog STAGES run_evaluation"),
 }
 
+#: Each module merged into the module of its concept -> the public names it had (recorded from the tree before the
+#: merge) and the module they are in now.
+MERGED_PATHS = {
+    "lit_asyncfl.core.arrivals": ("lit_asyncfl.core.jobs", "ArrivalQueue"),
+    "lit_asyncfl.core.clock": ("lit_asyncfl.core.simulator", "Event EventQueue"),
+    "lit_asyncfl.core.seeding": ("lit_asyncfl.core.update", "derive_seed"),
+    "lit_asyncfl.engines.kernels": (
+        "lit_asyncfl.engines.base",
+        "ONEDNN_AUTO_MAX_BATCH ONEDNN_AUTO_MAX_ELEMENTS OneDNN choose_onednn largest_conv_input",
+    ),
+    "lit_asyncfl.loops.job_trainer": ("lit_asyncfl.loops.stand_in", "AVAILABLE JobTrainer"),
+    "lit_asyncfl.loops.log": ("lit_asyncfl.loops.stand_in", "EpochLog JobLog"),
+    "lit_asyncfl.server.weights": ("lit_asyncfl.server.aggregators", "DataSizeWeight StalenessWeight"),
+}
+
 #: ``lit_asyncfl.client.__all__`` before the split.
 OLD_CLIENT_ALL = (
     "ENGINES ClientCallback CohortExecutor CohortTrainer DynamicRegularizer LearningRateDecay LightningLocalTrainer "
@@ -145,7 +160,7 @@ def test_the_rule_sees_a_class_left_out():
     saved = engines.__all__
     engines.__all__ = [name for name in saved if name != "OneDNN"]
     try:
-        with pytest.raises(AssertionError, match=r"lit_asyncfl\.engines\.kernels\.OneDNN"):
+        with pytest.raises(AssertionError, match=r"lit_asyncfl\.engines\.base\.OneDNN"):
             test_every_public_class_is_exported_by_its_package_and_documented_once()
     finally:
         engines.__all__ = saved
@@ -159,6 +174,33 @@ def test_an_old_module_path_is_the_moved_module(old):
         assert getattr(old_module, name) is getattr(new_module, name), f"{old}.{name}"
     if not new.endswith(".ray"):  # (the Ray executor's old module is now a package of four modules)
         assert old_module is new_module
+
+
+@pytest.mark.parametrize("old", sorted(MERGED_PATHS))
+def test_a_merged_module_path_is_the_module_it_was_merged_into(old):
+    new, names = MERGED_PATHS[old]
+    old_module, new_module = importlib.import_module(old), importlib.import_module(new)
+    assert old_module is new_module
+    package, _, leaf = old.rpartition(".")
+    assert getattr(importlib.import_module(package), leaf) is new_module  # ``import a.b.old; a.b.old.X`` works
+    for name in names.split():
+        assert hasattr(new_module, name), f"{old}.{name}"
+
+
+def test_the_merged_paths_import_in_a_fresh_process():
+    """``from <merged path> import <name>`` first thing in a user's script, and ``import <merged path>``."""
+    lines = [f"from {old} import {', '.join(names.split())}" for old, (_, names) in MERGED_PATHS.items()]
+    lines += [f"import {old}" for old in MERGED_PATHS]
+    lines.append("print(lit_asyncfl.server.weights.StalenessWeight.__module__)")
+    done = subprocess.run(
+        [sys.executable, "-c", "\n".join(lines)], cwd=ROOT, capture_output=True, text=True, check=False, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "lit_asyncfl.server.aggregators"
+
+
+def test_merged_modules_are_the_ones_listed():
+    assert {old: new for old, (new, _) in MERGED_PATHS.items()} == lit_asyncfl.MERGED_MODULES
 
 
 def test_the_old_paths_import_in_a_fresh_process():

@@ -15,7 +15,7 @@ from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
 from lit_asyncfl.engines.cohort import CohortEngine
 from lit_asyncfl.engines.fast import FastEngine
-from lit_asyncfl.engines.kernels import choose_onednn
+from lit_asyncfl.engines.base import choose_onednn
 from lit_asyncfl.engines.lightning import LightningEngine
 from lit_asyncfl.executors.cohort import CohortExecutor
 from lit_asyncfl.executors.ray.executor import RayExecutor

@@ -12,7 +12,7 @@ from lit_asyncfl.functional.compass import join_steps, new_group_steps, speed_es
 from lit_asyncfl.schedulers.base import Scheduler
 
 if TYPE_CHECKING:
-    from lit_asyncfl.core.clock import Event
+    from lit_asyncfl.core.simulator import Event
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
     from lit_asyncfl.schedulers.view import SchedulerView
     from lit_asyncfl.server.grouped import GroupedDeltaStep
