@@ -187,33 +187,31 @@ def test_a_merged_module_path_is_the_module_it_was_merged_into(old):
         assert hasattr(new_module, name), f"{old}.{name}"
 
 
-def test_the_merged_paths_import_in_a_fresh_process():
-    """``from <merged path> import <name>`` first thing in a user's script, and ``import <merged path>``."""
-    lines = [f"from {old} import {', '.join(names.split())}" for old, (_, names) in MERGED_PATHS.items()]
-    lines += [f"import {old}" for old in MERGED_PATHS]
-    lines.append("print(lit_asyncfl.server.weights.StalenessWeight.__module__)")
-    done = subprocess.run(
-        [sys.executable, "-c", "\n".join(lines)], cwd=ROOT, capture_output=True, text=True, check=False, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "lit_asyncfl.server.aggregators"
-
-
 def test_merged_modules_are_the_ones_listed():
     assert {old: new for old, (new, _) in MERGED_PATHS.items()} == lit_asyncfl.MERGED_MODULES
 
 
-def test_the_old_paths_import_in_a_fresh_process():
-    """``from <old path> import <name>`` as a user's script writes it, before anything else was imported."""
-    lines = [f"from {old} import {', '.join(names.split())}" for old, (_, names) in OLD_PATHS.items()]
-    lines.append(f"from lit_asyncfl.client import {', '.join(OLD_CLIENT_ALL.split())}")
-    lines += [f"import {old}" for old in OLD_PATHS]
-    lines.append("print(lit_asyncfl.client.fast_engine.LocalTrainer.__module__)")
+@pytest.mark.parametrize(
+    ("paths", "more", "shown", "module"),
+    [
+        (OLD_PATHS, [f"from lit_asyncfl.client import {', '.join(OLD_CLIENT_ALL.split())}"],
+         "lit_asyncfl.client.fast_engine.LocalTrainer", "lit_asyncfl.engines.fast"),
+        (MERGED_PATHS, [], "lit_asyncfl.server.weights.StalenessWeight", "lit_asyncfl.server.aggregators"),
+    ],
+    ids=["moved", "merged"],
+)  # fmt: skip
+def test_the_old_paths_import_in_a_fresh_process(paths, more, shown, module):
+    """``from <old path> import <name>`` as a user's script writes it, before anything else was imported, and
+    ``import <old path>``."""
+    lines = [f"from {old} import {', '.join(names.split())}" for old, (_, names) in paths.items()]
+    lines += more
+    lines += [f"import {old}" for old in paths]
+    lines.append(f"print({shown}.__module__)")
     done = subprocess.run(
         [sys.executable, "-c", "\n".join(lines)], cwd=ROOT, capture_output=True, text=True, check=False, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "lit_asyncfl.engines.fast"
+    assert done.stdout.strip() == module
 
 
 def test_the_old_client_package_exports_what_it_did():
