@@ -18,7 +18,7 @@ SPEED_MOMENTUM = 0.9
 LATEST_TIME_FACTOR = 1.5
 
 if TYPE_CHECKING:
-    from lit_asyncfl.core.clock import Event
+    from lit_asyncfl.core.simulator import Event
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
     from lit_asyncfl.schedulers.view import SchedulerView
     from lit_asyncfl.server.grouped import GroupedDeltaStep
