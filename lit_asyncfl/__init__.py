@@ -32,10 +32,13 @@ class _MergedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(name, self) if name in MERGED_MODULES else None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return importlib.import_module(MERGED_MODULES[spec.name])
+        module = importlib.import_module(MERGED_MODULES[spec.name])
+        spec.loader_state = module.__spec__  # the import system replaces the module's __spec__ by the old path's
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the module was imported by :meth:`create_module`."""
+        """Nothing to run (the module was imported by :meth:`create_module`); only its own ``__spec__`` is put back."""
+        module.__spec__ = module.__spec__.loader_state
 
 
 if not any(isinstance(finder, _MergedModules) for finder in sys.meta_path):

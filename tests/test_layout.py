@@ -214,6 +214,17 @@ def test_the_old_paths_import_in_a_fresh_process(paths, more, shown, module):
     assert done.stdout.strip() == module
 
 
+def test_an_old_path_leaves_the_module_it_names_unchanged():
+    """Importing an old path gives the merged module itself, whose ``__spec__`` still names its own path (the import
+    system sets the old path's spec on the module it is handed; ``importlib.reload`` and tools read it)."""
+    import importlib
+
+    for old, (new, _) in MERGED_PATHS.items():
+        module = importlib.import_module(old)
+        assert module is importlib.import_module(new)
+        assert (module.__name__, module.__spec__.name) == (new, new), old
+
+
 def test_the_old_client_package_exports_what_it_did():
     import lit_asyncfl.client as client
 
