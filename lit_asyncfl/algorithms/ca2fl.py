@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
-from lit_asyncfl.algorithms.fedbuff import CONCURRENCY
+from lit_asyncfl.algorithms.fedadt import CONCURRENCY
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
 from lit_asyncfl.server.aggregators import BUFFER_SIZE, SERVER_LR
 from lit_asyncfl.server.calibration import CalibratedDeltaAverage

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
+from lit_asyncfl.algorithms.fedadt import CONCURRENCY
 from lit_asyncfl.checks import check_bool
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
 from lit_asyncfl.server.aggregators import BUFFER_SIZE, SERVER_LR, DeltaAverage, StalenessWeight
-
-#: 20% of the clients training: the buffered baselines' setting of FedADT's Tables I-II (not KeepConcurrency's
-#: default); CA2FL and FedFa take it too.
-CONCURRENCY = 0.2
 
 
 class FedBuff(Algorithm):
@@ -22,7 +19,7 @@ class FedBuff(Algorithm):
             (:class:`~lit_asyncfl.server.DeltaAverage`'s arguments, see there).
         staleness_weighting: Scale each delta by :math:`1/\sqrt{1+\tau}`.
         concurrency: Clients training at once (:class:`~lit_asyncfl.schedulers.KeepConcurrency`'s argument, see
-            there).
+            there; the default is FedADT's buffered baselines' 20%).
 
     Example:
         >>> FedBuff(buffer_size=10).aggregator.buffer_size
