@@ -9,7 +9,7 @@ from lit_asyncfl.checks import check_bool, check_int, check_number
 from lit_asyncfl.client_callbacks.fresh_merge import GAMMA0, MU_BETA, UPSILON0, FreshModelMerge
 from lit_asyncfl.functional.fedasmu import CONTROL_LR
 from lit_asyncfl.rl.time_slots import BASELINE_RATE, DISCOUNT, EPSILON, NUM_SLOTS, Q_LR, RL_LR, TimeSlotSelector
-from lit_asyncfl.schedulers.periodic import PeriodicTrigger
+from lit_asyncfl.schedulers.periodic import CLIENTS_PER_TRIGGER, MAX_PARALLEL, PERIOD, PeriodicTrigger
 from lit_asyncfl.server.aggregators import MIXING_ALPHA, STALENESS_A, Mixing, StalenessWeight
 from lit_asyncfl.server.dynamic_weight import IOTA0, LAMBDA0, MU_ALPHA, SIGMA0, DynamicStalenessWeight
 from lit_asyncfl.server.staleness_bound import StalenessBound
@@ -73,9 +73,8 @@ class FedASMU(Algorithm):
     initial schedule, and the fresh-model weight decays with the version.
 
     Args:
-        period: Trigger period :math:`\mathcal{T}` (virtual seconds).
-        clients_per_trigger: :math:`m'` (count or fraction).
-        max_parallel: Most devices training at once (count or fraction; 10% in the paper).
+        period, clients_per_trigger, max_parallel: The trigger's :math:`\mathcal{T}`, :math:`m'` and most devices
+            training at once (:class:`~lit_asyncfl.schedulers.PeriodicTrigger`'s arguments, see there).
         tau_max: Staleness bound :math:`\tau` on :math:`t - o + 1`.
         dynamic_weights: Learn :math:`\alpha` per device (False: static polynomial weight).
         fresh_merge: Request and merge the fresh global model during local training.
@@ -98,10 +97,10 @@ class FedASMU(Algorithm):
 
     def __init__(
         self,
-        period: float = 10.0,
-        clients_per_trigger: int | float = 10,
-        max_parallel: int | float = 0.1,
-        tau_max: int = 99,
+        period: float = PERIOD,
+        clients_per_trigger: int | float = CLIENTS_PER_TRIGGER,
+        max_parallel: int | float = MAX_PARALLEL,
+        tau_max: int = 99,  # the paper's tau (StalenessBound has no default)
         dynamic_weights: bool = True,
         fresh_merge: bool = True,
         mu_alpha: float = MU_ALPHA,
