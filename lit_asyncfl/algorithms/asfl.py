@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import hyperparameters
-from lit_asyncfl.algorithms.semi_async import DECAY, SemiAsyncAlgorithm, round_settings
+from lit_asyncfl.algorithms.semi_async import SemiAsyncAlgorithm, round_settings
 from lit_asyncfl.rl.controllers import RoundController, SACController
 from lit_asyncfl.schedulers.selection import UtilitySelection
-from lit_asyncfl.schedulers.semi_async import ALPHA_PREF, BETA_PREF, MAX_LATENCY, ROUNDS, SELECTED
+from lit_asyncfl.schedulers.semi_async import ALPHA_PREF, BETA_PREF, MAX_LATENCY, REWARD, ROUNDS, SELECTED
+from lit_asyncfl.server.staleness_decay import DECAY
 
 
 class ASFL(SemiAsyncAlgorithm):
@@ -39,14 +40,10 @@ class ASFL(SemiAsyncAlgorithm):
     Args:
         controller: ``(M_k, tau_k)`` chooser (default: ``SACController(policy=policy)``).
         policy: Policy file for the default controller (``None``: an untrained, randomly initialised agent).
-        selected: Devices selected per round ``S``.
-        rounds: Rounds ``K``.
-        max_latency: Latency limit :math:`T_{max}` (virtual seconds).
-        alpha_pref: Latency preference :math:`\alpha` within the limit (task II: 0.07).
-        beta_pref: Latency preference :math:`\beta` beyond it (task II: 0.09).
-        decay: Staleness decay :math:`c` (0.9).
-        reward: What a training controller learns from: ``"round"`` (the paper's Eq. 8) or ``"objective_gain"``
-            (the per-round change of the objective, summing to the run's objective).
+        selected, rounds, max_latency, alpha_pref, beta_pref, reward: The rounds'
+            (:class:`~lit_asyncfl.schedulers.SemiAsyncRounds`'s arguments, see there; ``reward`` is what a training
+            controller learns from).
+        decay: Staleness decay :math:`c` (:class:`~lit_asyncfl.server.StalenessDecay`'s, see there).
 
     Example:
         >>> from lit_asyncfl.rl import FixedAction
@@ -64,7 +61,7 @@ class ASFL(SemiAsyncAlgorithm):
         alpha_pref: float = ALPHA_PREF,
         beta_pref: float = BETA_PREF,
         decay: float = DECAY,
-        reward: str = "round",
+        reward: str = REWARD,
     ) -> None:
         hparams = hyperparameters(locals())
         if controller is not None and policy is not None:

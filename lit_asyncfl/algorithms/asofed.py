@@ -3,11 +3,9 @@ delay-adaptive local step size, a proximal term and a decayed correction of what
 
 from __future__ import annotations
 
-import math
-
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
-from lit_asyncfl.client_callbacks.base import ProximalTerm
-from lit_asyncfl.client_callbacks.staleness import DecayedCorrection, DelayAdaptiveStepSize
+from lit_asyncfl.client_callbacks.base import MU, ProximalTerm
+from lit_asyncfl.client_callbacks.staleness import BETA, LOG_BASE, DecayedCorrection, DelayAdaptiveStepSize
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
 from lit_asyncfl.server.aggregators import DeltaAverage
 from lit_asyncfl.server.data_fraction import DataFractionWeight
@@ -73,10 +71,14 @@ class ASOFed(Algorithm):
     Memory: two model-sized vectors per client that has trained (:math:`h_k`, :math:`\nabla s_k^{pre}`).
 
     Args:
-        lam: Proximal coefficient :math:`\lambda \ge 0`.
-        beta: Decay coefficient :math:`\beta \in [0, 1]`.
-        log_base: Base of the logarithm in :math:`r_k` (:math:`e`; FedOpt: 10).
-        concurrency: Clients training at once (count, or fraction of all clients).
+        lam: Proximal coefficient :math:`\lambda` (:class:`~lit_asyncfl.client_callbacks.ProximalTerm`'s ``mu``,
+            see there).
+        beta: Decay coefficient :math:`\beta` (:class:`~lit_asyncfl.client_callbacks.DecayedCorrection`'s, see
+            there).
+        log_base: Base of the logarithm in :math:`r_k` (:class:`~lit_asyncfl.client_callbacks.DelayAdaptiveStepSize`'s,
+            see there; FedOpt: 10).
+        concurrency: Clients training at once (:class:`~lit_asyncfl.schedulers.KeepConcurrency`'s argument, see
+            there).
 
     Example:
         >>> algo = ASOFed()
@@ -88,10 +90,10 @@ class ASOFed(Algorithm):
 
     def __init__(
         self,
-        lam: float = 0.01,
-        beta: float = 0.5,
-        log_base: float = math.e,
-        concurrency: int | float = 1.0,
+        lam: float = MU,
+        beta: float = BETA,
+        log_base: float = LOG_BASE,
+        concurrency: int | float = 1.0,  # the paper's: every client (KeepConcurrency's default is FedAsync's 10%)
     ) -> None:
         hparams = hyperparameters(locals())
         super().__init__(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
+from lit_asyncfl.algorithms.fedadt import CONCURRENCY
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
+from lit_asyncfl.server.aggregators import BUFFER_SIZE, SERVER_LR
 from lit_asyncfl.server.calibration import CalibratedDeltaAverage
+from lit_asyncfl.server.update_cache import CACHE_DTYPE
 
 
 class CA2FL(Algorithm):
@@ -38,10 +41,10 @@ class CA2FL(Algorithm):
     cache's size when it would pass 8 GiB. Deltas enter the cache only with a step the server applied.
 
     Args:
-        buffer_size: Buffer size :math:`M`.
-        server_lr: Global learning rate :math:`\eta`.
-        concurrency: Clients training at once (count, or fraction of all clients).
-        cache_dtype: Storage type of the cached deltas.
+        buffer_size, server_lr, cache_dtype: The aggregation's :math:`M`, :math:`\eta` and cache storage type
+            (:class:`~lit_asyncfl.server.CalibratedDeltaAverage`'s arguments, see there).
+        concurrency: Clients training at once (:class:`~lit_asyncfl.schedulers.KeepConcurrency`'s argument, see
+            there).
 
     Example:
         >>> CA2FL(buffer_size=5).aggregator.buffer_size
@@ -50,10 +53,10 @@ class CA2FL(Algorithm):
 
     def __init__(
         self,
-        buffer_size: int = 10,
-        server_lr: float = 1.0,
-        concurrency: int | float = 0.2,
-        cache_dtype: str = "float32",
+        buffer_size: int = BUFFER_SIZE,
+        server_lr: float = SERVER_LR,
+        concurrency: int | float = CONCURRENCY,
+        cache_dtype: str = CACHE_DTYPE,
     ) -> None:
         hparams = hyperparameters(locals())
         super().__init__(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.algorithms.modes import with_mode
-from lit_asyncfl.client_callbacks.personal import PersonalModel
+from lit_asyncfl.client_callbacks.personal import LAM, PersonalModel
 
 
 class Ditto(Algorithm):
@@ -43,8 +43,8 @@ class Ditto(Algorithm):
     Memory: one model copy per client that has trained (the store), one module copy for the personal steps.
 
     Args:
-        lam: :math:`\lambda \ge 0`.
-        steps: Personal steps :math:`s` per job; ``None``: the job's own number.
+        lam, steps: :math:`\lambda` and the personal steps :math:`s` per job (``None``: the job's own number)
+            (:class:`~lit_asyncfl.client_callbacks.PersonalModel`'s arguments, see there).
         asynchronous, clients_per_round, round_deadline, alpha, concurrency: The mode: ``asynchronous=True`` for
             FedAsync-style asynchronous aggregation instead of synchronous rounds; the other four are
             :class:`~lit_asyncfl.algorithms.FedAvg`'s (synchronous) and :class:`~lit_asyncfl.algorithms.FedAsync`'s
@@ -60,7 +60,7 @@ class Ditto(Algorithm):
 
     def __init__(
         self,
-        lam: float = 1.0,
+        lam: float = LAM,
         steps: int | None = None,
         asynchronous: bool = False,
         clients_per_round: int | float | None = None,

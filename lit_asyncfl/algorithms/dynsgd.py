@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_int
-from lit_asyncfl.schedulers.k_async import KAsync
-from lit_asyncfl.server.aggregators import DeltaAverage
-from lit_asyncfl.server.weights import StalenessWeight
+from lit_asyncfl.schedulers.k_async import K, KAsync
+from lit_asyncfl.server.aggregators import NORMALIZE, SERVER_LR, DeltaAverage, StalenessWeight
 
 
 class DynSGD(Algorithm):
@@ -25,16 +24,17 @@ class DynSGD(Algorithm):
     0.97 (seeds 0-2: 0.95 +- 0.02, 0.8 after 1,489 +- 147 virtual s); the suite runs ``normalize=True``.
 
     Args:
-        k: Updates per aggregation :math:`K`.
-        server_lr: Server learning rate :math:`\eta`.
-        normalize: Divide by :math:`\sum_i 1/\tau_i` instead of :math:`K` (FedHist's K-async form).
+        k: Updates per aggregation :math:`K` (:class:`~lit_asyncfl.schedulers.KAsync`'s ``k``, the aggregation's
+            ``buffer_size``).
+        server_lr, normalize: The aggregation's (:class:`~lit_asyncfl.server.DeltaAverage`'s arguments, see there;
+            ``normalize=True`` divides by :math:`\sum_i 1/\tau_i`, FedHist's K-async form).
 
     Example:
         >>> DynSGD(k=5).aggregator.buffer_size, DynSGD(normalize=True).aggregator.normalize
         (5, True)
     """
 
-    def __init__(self, k: int = 10, server_lr: float = 1.0, normalize: bool = False) -> None:
+    def __init__(self, k: int = K, server_lr: float = SERVER_LR, normalize: bool = NORMALIZE) -> None:
         hparams = hyperparameters(locals())
         check_int("k", k, 1)  # also the buffer size: a count, not a fraction
         super().__init__(

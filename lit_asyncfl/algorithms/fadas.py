@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
-from lit_asyncfl.server.adaptive_optimizer import AdaptiveServerOptimizer
+from lit_asyncfl.server.adaptive_optimizer import (
+    BETA1,
+    BETA2,
+    BIAS_CORRECTION,
+    EPS,
+    SERVER_LR,
+    AdaptiveServerOptimizer,
+)
 from lit_asyncfl.server.aggregators import DeltaAverage
 
 
@@ -47,14 +54,12 @@ class FADAS(Algorithm):
     Memory: the buffer and three model-sized moment vectors.
 
     Args:
-        buffer_size: Buffer size :math:`M`.
-        server_lr: Global learning rate :math:`\eta`.
-        beta1: :math:`\beta_1`.
-        beta2: :math:`\beta_2`.
-        eps: :math:`\epsilon`.
-        delay_threshold: Delay threshold :math:`\tau_c` (``None``: constant rate).
-        bias_correction: Adam's bias corrections, as the authors' code.
-        concurrency: Clients training at once (count, or fraction of all clients).
+        buffer_size: Buffer size :math:`M` (the :class:`~lit_asyncfl.server.DeltaAverage`'s).
+        server_lr, beta1, beta2, eps, delay_threshold, bias_correction: The server step's :math:`\eta`,
+            :math:`\beta_1`, :math:`\beta_2`, :math:`\epsilon`, :math:`\tau_c` and bias corrections
+            (:class:`~lit_asyncfl.server.AdaptiveServerOptimizer`'s arguments, see there).
+        concurrency: Clients training at once (:class:`~lit_asyncfl.schedulers.KeepConcurrency`'s argument, see
+            there).
 
     Example:
         >>> algo = FADAS()
@@ -64,14 +69,14 @@ class FADAS(Algorithm):
 
     def __init__(
         self,
-        buffer_size: int = 5,
-        server_lr: float = 0.01,
-        beta1: float = 0.9,
-        beta2: float = 0.99,
-        eps: float = 1e-8,
-        delay_threshold: int | None = 1,
-        bias_correction: bool = False,
-        concurrency: int | float = 0.5,
+        buffer_size: int = 5,  # the authors' M = 5 (DeltaAverage's default is FedBuff's 10)
+        server_lr: float = SERVER_LR,
+        beta1: float = BETA1,
+        beta2: float = BETA2,
+        eps: float = EPS,
+        delay_threshold: int | None = 1,  # the authors' tau_c = 1 (the optimizer's default: no delay adaptation)
+        bias_correction: bool = BIAS_CORRECTION,
+        concurrency: int | float = 0.5,  # the authors' frac = 0.5 (KeepConcurrency's default is FedAsync's 10%)
     ) -> None:
         hparams = hyperparameters(locals())
         optimizer = AdaptiveServerOptimizer(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_fraction, check_int, check_number
-from lit_asyncfl.client_callbacks.base import LearningRateDecay
+from lit_asyncfl.client_callbacks.base import LR_DECAY, LearningRateDecay
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
-from lit_asyncfl.server.aggregators import Mixing
+from lit_asyncfl.server.aggregators import Mixing, StalenessWeight
 from lit_asyncfl.server.distillation import (
     BATCH_SIZE,
     DATA_FRACTION,
@@ -19,7 +19,10 @@ from lit_asyncfl.server.distillation import (
     WEIGHT_MIN,
     DistillationCorrection,
 )
-from lit_asyncfl.server.weights import StalenessWeight
+
+#: 20% of the clients training: the paper's concurrency rate P (Tables I-II), also its buffered baselines' setting
+#: (FedBuff, CA2FL, FedFa take it from here); not KeepConcurrency's default, FedAsync's 10%.
+CONCURRENCY = 0.2
 
 
 class FedADT(Algorithm):
@@ -71,7 +74,7 @@ class FedADT(Algorithm):
 
     def __init__(
         self,
-        concurrency: int | float = 0.2,
+        concurrency: int | float = CONCURRENCY,
         staleness_threshold: int = STALENESS_THRESHOLD,
         temperature: float = TEMPERATURE,
         weight_min: float = WEIGHT_MIN,
@@ -82,7 +85,7 @@ class FedADT(Algorithm):
         data_fraction: float = DATA_FRACTION,
         distill_batch_size: int = BATCH_SIZE,
         server_time_per_sample: float = TIME_PER_SAMPLE,
-        lr_decay: float = 0.9999,
+        lr_decay: float = LR_DECAY,
     ) -> None:
         hparams = hyperparameters(locals())
         check_int("distill_batch_size", distill_batch_size, 1)

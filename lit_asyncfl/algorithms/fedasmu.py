@@ -9,11 +9,10 @@ from lit_asyncfl.checks import check_bool, check_int, check_number
 from lit_asyncfl.client_callbacks.fresh_merge import GAMMA0, MU_BETA, UPSILON0, FreshModelMerge
 from lit_asyncfl.functional.fedasmu import CONTROL_LR
 from lit_asyncfl.rl.time_slots import BASELINE_RATE, DISCOUNT, EPSILON, NUM_SLOTS, Q_LR, RL_LR, TimeSlotSelector
-from lit_asyncfl.schedulers.periodic import PeriodicTrigger
-from lit_asyncfl.server.aggregators import Mixing
+from lit_asyncfl.schedulers.periodic import CLIENTS_PER_TRIGGER, MAX_PARALLEL, PERIOD, PeriodicTrigger
+from lit_asyncfl.server.aggregators import MIXING_ALPHA, STALENESS_A, Mixing, StalenessWeight
 from lit_asyncfl.server.dynamic_weight import IOTA0, LAMBDA0, MU_ALPHA, SIGMA0, DynamicStalenessWeight
 from lit_asyncfl.server.staleness_bound import StalenessBound
-from lit_asyncfl.server.weights import StalenessWeight
 
 
 class FedASMU(Algorithm):
@@ -74,16 +73,16 @@ class FedASMU(Algorithm):
     initial schedule, and the fresh-model weight decays with the version.
 
     Args:
-        period: Trigger period :math:`\mathcal{T}` (virtual seconds).
-        clients_per_trigger: :math:`m'` (count or fraction).
-        max_parallel: Most devices training at once (count or fraction; 10% in the paper).
+        period, clients_per_trigger, max_parallel: The trigger's :math:`\mathcal{T}`, :math:`m'` and most devices
+            training at once (:class:`~lit_asyncfl.schedulers.PeriodicTrigger`'s arguments, see there).
         tau_max: Staleness bound :math:`\tau` on :math:`t - o + 1`.
         dynamic_weights: Learn :math:`\alpha` per device (False: static polynomial weight).
         fresh_merge: Request and merge the fresh global model during local training.
         mu_alpha, lambda0, sigma0, iota0, lr_lambda, lr_sigma, lr_iota: The learned weight's
             (:class:`~lit_asyncfl.server.DynamicStalenessWeight`'s arguments, see there).
-        static_alpha: Base weight when ``dynamic_weights=False``.
-        static_a: Polynomial exponent when ``dynamic_weights=False``.
+        static_alpha, static_a: FedAsync's static weight when ``dynamic_weights=False``
+            (:class:`~lit_asyncfl.server.Mixing`'s ``alpha`` and the polynomial
+            :class:`~lit_asyncfl.server.StalenessWeight`'s ``a``, see there).
         mu_beta, gamma0, upsilon0, lr_gamma, lr_upsilon: The fresh-model merge's
             (:class:`~lit_asyncfl.client_callbacks.FreshModelMerge`'s arguments, see there).
         num_slots, epsilon, q_lr, discount, baseline_rate, rl_lr, policy_path: The merge's time-slot selector's
@@ -98,10 +97,10 @@ class FedASMU(Algorithm):
 
     def __init__(
         self,
-        period: float = 10.0,
-        clients_per_trigger: int | float = 10,
-        max_parallel: int | float = 0.1,
-        tau_max: int = 99,
+        period: float = PERIOD,
+        clients_per_trigger: int | float = CLIENTS_PER_TRIGGER,
+        max_parallel: int | float = MAX_PARALLEL,
+        tau_max: int = 99,  # the paper's tau (StalenessBound has no default)
         dynamic_weights: bool = True,
         fresh_merge: bool = True,
         mu_alpha: float = MU_ALPHA,
@@ -111,8 +110,8 @@ class FedASMU(Algorithm):
         lr_lambda: float = CONTROL_LR,
         lr_sigma: float = CONTROL_LR,
         lr_iota: float = CONTROL_LR,
-        static_alpha: float = 0.6,
-        static_a: float = 0.5,
+        static_alpha: float = MIXING_ALPHA,
+        static_a: float = STALENESS_A,
         mu_beta: float = MU_BETA,
         gamma0: float = GAMMA0,
         upsilon0: float = UPSILON0,

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
-from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
-from lit_asyncfl.server.aggregators import Mixing
+from lit_asyncfl.schedulers.keep_concurrency import CONCURRENCY, KeepConcurrency
+from lit_asyncfl.server.aggregators import (
+    MIXING_ALPHA,
+    STALENESS_A,
+    STALENESS_B,
+    STALENESS_FUNCTION,
+    Mixing,
+    StalenessWeight,
+)
 from lit_asyncfl.server.staleness_bound import StalenessBound
-from lit_asyncfl.server.weights import StalenessWeight
 
 
 class FedAsync(Algorithm):
@@ -30,11 +36,11 @@ class FedAsync(Algorithm):
     FedASMU suite's 20,000 s at 10% reach 0.94.
 
     Args:
-        alpha: Mixing weight :math:`\alpha \in (0, 1]`.
-        staleness: ``"constant"``, ``"polynomial"`` (:math:`(t-o+1)^{-a}`), ``"hinge"`` or ``"exponential"``.
-        a: Decay parameter of the staleness function.
-        b: Hinge point of the hinge function.
-        concurrency: Clients training at once (count, or fraction of all clients).
+        alpha: Mixing weight :math:`\alpha` (:class:`~lit_asyncfl.server.Mixing`'s argument, see there).
+        staleness, a, b: The staleness function :math:`s` and its parameters
+            (:class:`~lit_asyncfl.server.StalenessWeight`'s ``function``, ``a``, ``b``, see there).
+        concurrency: Clients training at once (:class:`~lit_asyncfl.schedulers.KeepConcurrency`'s argument, see
+            there).
         max_staleness: Discard updates staler than this (``None``: keep all).
 
     Example:
@@ -44,11 +50,11 @@ class FedAsync(Algorithm):
 
     def __init__(
         self,
-        alpha: float = 0.6,
-        staleness: str = "polynomial",
-        a: float = 0.5,
-        b: float = 4.0,
-        concurrency: int | float = 0.1,
+        alpha: float = MIXING_ALPHA,
+        staleness: str = STALENESS_FUNCTION,
+        a: float = STALENESS_A,
+        b: float = STALENESS_B,
+        concurrency: int | float = CONCURRENCY,
         max_staleness: int | None = None,
     ) -> None:
         hparams = hyperparameters(locals())

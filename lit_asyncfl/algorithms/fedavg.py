@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_number
-from lit_asyncfl.schedulers.rounds import SynchronousRounds
-from lit_asyncfl.server.aggregators import ModelAverage
-from lit_asyncfl.server.weights import DataSizeWeight
+from lit_asyncfl.schedulers.rounds import CLIENTS_PER_ROUND, SynchronousRounds
+from lit_asyncfl.server.aggregators import DataSizeWeight, ModelAverage
 
 
 class FedAvg(Algorithm):
@@ -15,17 +14,16 @@ class FedAvg(Algorithm):
     .. math:: w_{t+1} = \sum_{k \in S_t} \frac{n_k}{\sum_{j \in S_t} n_j} w_k
 
     Args:
-        clients_per_round: Fraction ``C`` of clients per round (float in (0, 1]) or a count (int).
-        round_deadline: Longest round in virtual seconds: members not back by then are dropped (reason
-            ``"deadline"``) and the round aggregates who returned; ``None``: wait for every member (members whose
-            device goes offline are dropped either way; see :class:`~lit_asyncfl.schedulers.SynchronousRounds`).
+        clients_per_round, round_deadline: Fraction ``C`` of clients (or a count) per round and the longest round
+            in virtual seconds (``None``: wait for every member) (:class:`~lit_asyncfl.schedulers.SynchronousRounds`'s
+            ``clients_per_round`` and ``deadline``, see there).
 
     Example:
         >>> FedAvg(clients_per_round=0.1).name
         'FedAvg'
     """
 
-    def __init__(self, clients_per_round: int | float = 0.1, round_deadline: float | None = None) -> None:
+    def __init__(self, clients_per_round: int | float = CLIENTS_PER_ROUND, round_deadline: float | None = None) -> None:
         hparams = hyperparameters(locals())
         check_number("round_deadline", round_deadline, 0, open_min=True, optional=True, unit=" virtual seconds")
         super().__init__(

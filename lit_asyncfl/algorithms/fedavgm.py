@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
-from lit_asyncfl.checks import check, check_bool, check_number
-from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
-from lit_asyncfl.schedulers.rounds import SynchronousRounds
-from lit_asyncfl.server.adaptive_optimizer import ServerMomentum
-from lit_asyncfl.server.aggregators import DeltaAverage, ModelAverage
-from lit_asyncfl.server.weights import DataSizeWeight
+from lit_asyncfl.algorithms.fedbuff import FedBuff
+from lit_asyncfl.algorithms.modes import rounds_or
+from lit_asyncfl.server.adaptive_optimizer import MOMENTUM, MOMENTUM_SERVER_LR, ServerMomentum
+
+#: FedBuff's composition without its staleness weighting and with :math:`\eta_g = 1`: the momentum takes the step.
+_BUFFERED = partial(FedBuff, server_lr=1.0, staleness_weighting=False)
 
 
 class FedAvgM(Algorithm):
@@ -42,13 +44,13 @@ class FedAvgM(Algorithm):
     Memory: one model-sized momentum buffer (plus the asynchronous buffer).
 
     Args:
-        server_lr: Server learning rate :math:`\eta > 0`.
-        momentum: Server momentum :math:`\beta \in [0, 1)` (0: FedAvg / FedBuff).
+        server_lr, momentum: The server step's :math:`\eta` and :math:`\beta` (0: FedAvg / FedBuff)
+            (:class:`~lit_asyncfl.server.ServerMomentum`'s arguments, see there).
         asynchronous: Buffered asynchronous aggregation instead of synchronous rounds.
-        clients_per_round: Synchronous: fraction or count of clients per round (default 0.1).
-        round_deadline: Synchronous: longest round in virtual seconds (see :class:`~lit_asyncfl.algorithms.FedAvg`).
-        buffer_size: Asynchronous: arrivals per aggregation (default 10).
-        concurrency: Asynchronous: clients training at once, count or fraction (default 0.2).
+        clients_per_round, round_deadline: Synchronous: :class:`~lit_asyncfl.algorithms.FedAvg`'s arguments, see
+            there (``None``: its defaults).
+        buffer_size, concurrency: Asynchronous: :class:`~lit_asyncfl.algorithms.FedBuff`'s arguments, see there
+            (``None``: its defaults).
 
     Example:
         >>> FedAvgM().server_callbacks[-1].momentum
@@ -59,8 +61,8 @@ class FedAvgM(Algorithm):
 
     def __init__(
         self,
-        server_lr: float = 1.0,
-        momentum: float = 0.9,
+        server_lr: float = MOMENTUM_SERVER_LR,
+        momentum: float = MOMENTUM,
         asynchronous: bool = False,
         clients_per_round: int | float | None = None,
         round_deadline: float | None = None,
@@ -68,28 +70,10 @@ class FedAvgM(Algorithm):
         concurrency: int | float | None = None,
     ) -> None:
         hparams = hyperparameters(locals())
-        check_bool("asynchronous", asynchronous)
-        check_number("round_deadline", round_deadline, 0, open_min=True, optional=True, unit=" virtual seconds")
-        optimizer = ServerMomentum(server_lr=server_lr, momentum=momentum)
-        if asynchronous:
-            for name in ("clients_per_round", "round_deadline"):
-                check(hparams[name] is None, f"{name}={hparams[name]!r} applies to synchronous rounds; with "
-                      "asynchronous=True set buffer_size and concurrency")  # fmt: skip
-            super().__init__(
-                scheduler=KeepConcurrency(0.2 if concurrency is None else concurrency),
-                aggregator=DeltaAverage(buffer_size=10 if buffer_size is None else buffer_size, server_lr=1.0),
-                server_callbacks=[optimizer],
-                hparams=hparams,
-            )
-        else:
-            for name in ("buffer_size", "concurrency"):
-                check(hparams[name] is None, f"{name}={hparams[name]!r} applies to asynchronous=True; synchronous "
-                      "rounds take clients_per_round and round_deadline")  # fmt: skip
-            super().__init__(
-                scheduler=SynchronousRounds(
-                    0.1 if clients_per_round is None else clients_per_round, deadline=round_deadline
-                ),
-                aggregator=ModelAverage(buffer_size=None),
-                server_callbacks=[DataSizeWeight(), optimizer],
-                hparams=hparams,
-            )
+        base = rounds_or(hparams, ("buffer_size", "concurrency"), _BUFFERED)
+        super().__init__(
+            scheduler=base.scheduler,
+            aggregator=base.aggregator,
+            server_callbacks=[*base.server_callbacks, ServerMomentum(server_lr=server_lr, momentum=momentum)],
+            hparams=hparams,
+        )

@@ -5,7 +5,8 @@ from __future__ import annotations
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_number
 from lit_asyncfl.client_callbacks.client_state import DynamicRegularizer
-from lit_asyncfl.schedulers.rounds import SynchronousRounds
+from lit_asyncfl.functional.feddyn import ALPHA
+from lit_asyncfl.schedulers.rounds import CLIENTS_PER_ROUND, SynchronousRounds
 from lit_asyncfl.server.aggregators import ModelAverage
 from lit_asyncfl.server.feddyn import DynamicCorrection
 
@@ -55,10 +56,10 @@ class FedDyn(Algorithm):
     Memory: one model-sized vector per client that has trained (the store), one for :math:`h`.
 
     Args:
-        alpha: :math:`\alpha > 0`.
-        max_grad_norm: Clip each local step's gradient to this norm, as the authors' code (``None``: no clip).
-        clients_per_round: Fraction or count of clients per round.
-        round_deadline: Longest round in virtual seconds (see :class:`~lit_asyncfl.algorithms.FedAvg`).
+        alpha: :math:`\alpha > 0`, the client's and the server's.
+        max_grad_norm: Clip each local step's gradient to this norm, as the authors' code (``None``: no clip;
+            :class:`~lit_asyncfl.client_callbacks.DynamicRegularizer`'s, see there).
+        clients_per_round, round_deadline: :class:`~lit_asyncfl.algorithms.FedAvg`'s arguments, see there.
 
     Example:
         >>> algo = FedDyn(alpha=0.1)
@@ -68,10 +69,10 @@ class FedDyn(Algorithm):
 
     def __init__(
         self,
-        alpha: float = 0.01,
-        clients_per_round: int | float = 0.1,
+        alpha: float = ALPHA,
+        clients_per_round: int | float = CLIENTS_PER_ROUND,
         round_deadline: float | None = None,
-        max_grad_norm: float | None = 10.0,
+        max_grad_norm: float | None = 10.0,  # the authors' code (max_norm = 10); the regularizer's default: no clip
     ) -> None:
         hparams = hyperparameters(locals())
         check_number("round_deadline", round_deadline, 0, open_min=True, optional=True, unit=" virtual seconds")

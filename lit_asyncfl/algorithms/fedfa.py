@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
+from lit_asyncfl.algorithms.fedadt import CONCURRENCY
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
-from lit_asyncfl.server.sliding_window import SlidingWindowAverage
+from lit_asyncfl.server.sliding_window import WINDOW_SIZE, SlidingWindowAverage
 
 
 class FedFa(Algorithm):
@@ -35,15 +36,16 @@ class FedFa(Algorithm):
     Memory: ``K`` model copies in the queue.
 
     Args:
-        window_size: Queue length :math:`K`.
-        concurrency: Clients training at once (count, or fraction of all clients).
+        window_size: Queue length :math:`K` (:class:`~lit_asyncfl.server.SlidingWindowAverage`'s, see there).
+        concurrency: Clients training at once (:class:`~lit_asyncfl.schedulers.KeepConcurrency`'s argument, see
+            there).
 
     Example:
         >>> FedFa(window_size=5).aggregator.window_size
         5
     """
 
-    def __init__(self, window_size: int = 10, concurrency: int | float = 0.2) -> None:
+    def __init__(self, window_size: int = WINDOW_SIZE, concurrency: int | float = CONCURRENCY) -> None:
         hparams = hyperparameters(locals())
         super().__init__(
             scheduler=KeepConcurrency(concurrency),

@@ -6,13 +6,13 @@ from typing import Any
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_bool, check_fraction, check_int, check_number
-from lit_asyncfl.schedulers.k_async import KAsync
-from lit_asyncfl.server.aggregators import DeltaAverage
+from lit_asyncfl.schedulers.k_async import K, KAsync
+from lit_asyncfl.server.aggregators import SERVER_LR, DeltaAverage
 from lit_asyncfl.server.base import ServerCallback
-from lit_asyncfl.server.gradient_history import GradientHistory
-from lit_asyncfl.server.gradient_stability import GradientStability
-from lit_asyncfl.server.history_weights import HistoryAwareWeight
-from lit_asyncfl.server.norm_amplification import NormAmplification
+from lit_asyncfl.server.gradient_history import LENGTH, GradientHistory
+from lit_asyncfl.server.gradient_stability import ALPHA, GradientStability
+from lit_asyncfl.server.history_weights import EMA_RATE, SIMILARITY_THRESHOLD, HistoryAwareWeight
+from lit_asyncfl.server.norm_amplification import MU, NormAmplification
 
 
 class FedHist(Algorithm):
@@ -59,18 +59,20 @@ class FedHist(Algorithm):
     ``ina=False`` is the faster and the safer choice.
 
     Args:
-        k: Updates per aggregation :math:`K`.
-        history_length: Buffer length :math:`h` (rounds).
-        server_lr: Server learning rate :math:`\eta`.
+        k: Updates per aggregation :math:`K` (:class:`~lit_asyncfl.schedulers.KAsync`'s ``k``, the aggregation's
+            ``buffer_size``).
+        history_length: The shared history's :math:`h` (:class:`~lit_asyncfl.server.GradientHistory`'s
+            ``length``, see there).
+        server_lr: Server learning rate :math:`\eta` (:class:`~lit_asyncfl.server.DeltaAverage`'s, see there).
         egs: Enable EGS.
         haa: Enable HAA.
         ina: Enable INA.
-        egs_alpha: EGS fusion coefficient :math:`\alpha`.
-        haa_lambda: HAA utility coefficient :math:`\lambda`.
-        similarity_threshold: HAA :math:`sim_{thr}`.
-        utility_ema: HAA EMA rate :math:`\gamma`.
-        ina_mu: INA decay :math:`\mu`.
-        max_exponent: Cap of HAA's staleness exponents.
+        egs_alpha: EGS's :math:`\alpha` (:class:`~lit_asyncfl.server.GradientStability`'s ``alpha``, see there).
+        haa_lambda, similarity_threshold, utility_ema, max_exponent: HAA's :math:`\lambda`, :math:`sim_{thr}`,
+            :math:`\gamma` and exponent cap (:class:`~lit_asyncfl.server.HistoryAwareWeight`'s ``lam``,
+            ``similarity_threshold``, ``ema_rate``, ``max_exponent``, see there; ``haa_lambda`` and
+            ``max_exponent`` default to the values chosen above, not HAA's).
+        ina_mu: INA's :math:`\mu` (:class:`~lit_asyncfl.server.NormAmplification`'s ``mu``, see there).
 
     Example:
         >>> [type(cb).__name__ for cb in FedHist().server_callbacks]
@@ -79,18 +81,18 @@ class FedHist(Algorithm):
 
     def __init__(
         self,
-        k: int = 10,
-        history_length: int = 5,
-        server_lr: float = 1.0,
+        k: int = K,
+        history_length: int = LENGTH,
+        server_lr: float = SERVER_LR,
         egs: bool = True,
         haa: bool = True,
         ina: bool = True,
-        egs_alpha: float = 0.1,
-        haa_lambda: float = 0.01,
-        similarity_threshold: float = 0.0,
-        utility_ema: float = 0.1,
-        ina_mu: float = 1e-4,
-        max_exponent: float = 3.0,
+        egs_alpha: float = ALPHA,
+        haa_lambda: float = 0.01,  # FedHist's own (see above): HAA's boost comparable to the staleness weight
+        similarity_threshold: float = SIMILARITY_THRESHOLD,
+        utility_ema: float = EMA_RATE,
+        ina_mu: float = MU,
+        max_exponent: float = 3.0,  # FedHist's own (see above); HistoryAwareWeight's default only guards overflow
     ) -> None:
         hparams = hyperparameters(locals())
         check_int("k", k, 1)  # also the buffer size: a count, not a fraction

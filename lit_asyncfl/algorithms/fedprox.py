@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import hyperparameters
 from lit_asyncfl.algorithms.fedavg import FedAvg
-from lit_asyncfl.client_callbacks.base import ProximalTerm
+from lit_asyncfl.client_callbacks.base import MU, ProximalTerm
+from lit_asyncfl.schedulers.rounds import CLIENTS_PER_ROUND
 
 
 class FedProx(FedAvg):
     r"""FedAvg whose clients minimise :math:`F_k(w) + \frac{\mu}{2} \lVert w - w_t \rVert^2`.
 
     Args:
-        mu: Proximal coefficient :math:`\mu \ge 0` (``mu=0`` is FedAvg).
-        clients_per_round: Fraction or count of clients per round.
-        round_deadline: Longest round in virtual seconds (see :class:`~lit_asyncfl.algorithms.FedAvg`).
+        mu: Proximal coefficient :math:`\mu` (:class:`~lit_asyncfl.client_callbacks.ProximalTerm`'s, see there;
+            ``mu=0`` is FedAvg).
+        clients_per_round, round_deadline: :class:`~lit_asyncfl.algorithms.FedAvg`'s arguments, see there.
 
     Example:
         >>> FedProx(mu=0.1).client_callbacks[0].mu
@@ -21,7 +22,7 @@ class FedProx(FedAvg):
     """
 
     def __init__(
-        self, mu: float = 0.01, clients_per_round: int | float = 0.1, round_deadline: float | None = None
+        self, mu: float = MU, clients_per_round: int | float = CLIENTS_PER_ROUND, round_deadline: float | None = None
     ) -> None:
         hparams = hyperparameters(locals())
         super().__init__(clients_per_round=clients_per_round, round_deadline=round_deadline)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_choice, check_int
-from lit_asyncfl.client_callbacks.staleness import ParticipationLearningRate
+from lit_asyncfl.client_callbacks.staleness import FREQUENCY, ParticipationLearningRate
 from lit_asyncfl.functional.fedsa import FREQUENCIES
 from lit_asyncfl.schedulers.buffered_concurrency import BufferedConcurrency
-from lit_asyncfl.server.aggregators import ModelAverage
+from lit_asyncfl.server.aggregators import DataSizeWeight, ModelAverage
 from lit_asyncfl.server.staleness_bound import StalenessBound
-from lit_asyncfl.server.weights import DataSizeWeight
 
 
 class FedSA(Algorithm):
@@ -69,10 +68,9 @@ class FedSA(Algorithm):
         buffer_size: Arrivals per aggregation :math:`M`.
         max_staleness: Staleness bound :math:`\tau_0`.
         concurrency: Clients selected at once (count, or fraction of all clients), at least ``buffer_size``.
-        base_lr: :math:`\eta` (``None``: the module's learning rate for ``"share"``, :math:`N` times it for
-            ``"count"``).
-        frequency: Reading of the participation :math:`f_i`: ``"share"`` (:math:`c_i/C`) or ``"count"``
-            (:math:`c_i`, the Flower code).
+        base_lr, frequency: :math:`\eta` and the reading of the participation :math:`f_i` (``"share"`` or
+            ``"count"``, the Flower code) (:class:`~lit_asyncfl.client_callbacks.ParticipationLearningRate`'s
+            arguments, see there).
 
     Example:
         >>> algo = FedSA()
@@ -84,11 +82,11 @@ class FedSA(Algorithm):
 
     def __init__(
         self,
-        buffer_size: int = 30,
-        max_staleness: int = 3,
-        concurrency: int | float = 1.0,
+        buffer_size: int = 30,  # the Flower default M = 3 of 10 clients, as 30 of 100 (see above)
+        max_staleness: int = 3,  # tau_0 = 3, the Flower default
+        concurrency: int | float = 1.0,  # every client (BufferedConcurrency's default is PORT's 30%)
         base_lr: float | None = None,
-        frequency: str = "share",
+        frequency: str = FREQUENCY,
     ) -> None:
         hparams = hyperparameters(locals())
         check_int("buffer_size", buffer_size, 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from lit_asyncfl.algorithms.base import Algorithm
@@ -11,16 +12,37 @@ from lit_asyncfl.checks import check, check_bool
 
 SYNCHRONOUS = ("clients_per_round", "round_deadline")
 ASYNCHRONOUS = ("alpha", "concurrency")
-_REFUSED = {  # asynchronous -> why an argument of the other mode is refused
-    True: "applies to synchronous rounds; with asynchronous=True set alpha and concurrency",
-    False: "applies to asynchronous=True; synchronous rounds take clients_per_round and round_deadline",
-}
+
+
+def rounds_or(
+    hparams: dict[str, Any], asynchronous_args: tuple[str, ...], asynchronous_preset: Callable[..., Algorithm]
+) -> Algorithm:
+    """FedAvg's rounds (``clients_per_round``, ``round_deadline``) or, with ``asynchronous=True``, the composition
+    ``asynchronous_preset`` builds from ``asynchronous_args``, from a preset's arguments; an argument of the other
+    mode is refused, one left ``None`` takes the default of :class:`FedAvg` or of the asynchronous preset.
+
+    Example:
+        >>> args = {"asynchronous": False, "clients_per_round": 5, "round_deadline": None, "alpha": None}
+        >>> type(rounds_or(args, ("alpha",), FedAsync).scheduler).__name__
+        'SynchronousRounds'
+    """
+    check_bool("asynchronous", hparams["asynchronous"])
+    asynchronous = hparams["asynchronous"]
+    if asynchronous:
+        mode, preset, other = asynchronous_args, asynchronous_preset, SYNCHRONOUS
+        why = f"applies to synchronous rounds; with asynchronous=True set {' and '.join(asynchronous_args)}"
+    else:
+        mode, preset, other = SYNCHRONOUS, FedAvg, asynchronous_args
+        why = f"applies to asynchronous=True; synchronous rounds take {' and '.join(SYNCHRONOUS)}"
+    for name in other:
+        check(hparams[name] is None, f"{name}={hparams[name]!r} {why}")
+    return preset(**{name: hparams[name] for name in mode if hparams[name] is not None})
 
 
 def rounds_or_fedasync(hparams: dict[str, Any]) -> Algorithm:
     """FedAvg's rounds (``clients_per_round``, ``round_deadline``) or, with ``asynchronous=True``, FedAsync's
-    composition (``alpha``, ``concurrency``), from a preset's arguments (e.g. MOON, Ditto); an argument of the other
-    mode is refused, one left ``None`` takes the default of :class:`FedAvg` or :class:`FedAsync`.
+    composition (``alpha``, ``concurrency``), from a preset's arguments (e.g. MOON, Ditto): :func:`rounds_or` with
+    :class:`FedAsync`.
 
     Example:
         >>> args = {"asynchronous": True, "clients_per_round": None, "round_deadline": None, "alpha": 0.5,
@@ -28,12 +50,7 @@ def rounds_or_fedasync(hparams: dict[str, Any]) -> Algorithm:
         >>> type(rounds_or_fedasync(args).aggregator).__name__
         'Mixing'
     """
-    check_bool("asynchronous", hparams["asynchronous"])
-    asynchronous = hparams["asynchronous"]
-    mode, preset = (ASYNCHRONOUS, FedAsync) if asynchronous else (SYNCHRONOUS, FedAvg)
-    for name in SYNCHRONOUS if asynchronous else ASYNCHRONOUS:
-        check(hparams[name] is None, f"{name}={hparams[name]!r} {_REFUSED[asynchronous]}")
-    return preset(**{name: hparams[name] for name in mode if hparams[name] is not None})
+    return rounds_or(hparams, ASYNCHRONOUS, FedAsync)
 
 
 def with_mode(hparams: dict[str, Any], client_callback: Any) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.algorithms.modes import with_mode
-from lit_asyncfl.client_callbacks.client_state import ModelContrastive
+from lit_asyncfl.client_callbacks.client_state import MU, TAU, ModelContrastive
 
 
 class MOON(Algorithm):
@@ -60,8 +60,8 @@ class MOON(Algorithm):
     Memory: one model copy per client that has trained (the store), two module copies in the training process.
 
     Args:
-        mu: Weight :math:`\mu \ge 0` of the contrastive term (0: FedAvg / FedAsync).
-        tau: Temperature :math:`\tau > 0`.
+        mu, tau: The contrastive term's weight :math:`\mu` (0: FedAvg / FedAsync) and temperature :math:`\tau`
+            (:class:`~lit_asyncfl.client_callbacks.ModelContrastive`'s arguments, see there).
         asynchronous, clients_per_round, round_deadline, alpha, concurrency: The mode: ``asynchronous=True`` for
             FedAsync-style asynchronous aggregation instead of synchronous rounds; the other four are
             :class:`~lit_asyncfl.algorithms.FedAvg`'s (synchronous) and :class:`~lit_asyncfl.algorithms.FedAsync`'s
@@ -77,8 +77,8 @@ class MOON(Algorithm):
 
     def __init__(
         self,
-        mu: float = 1.0,
-        tau: float = 0.5,
+        mu: float = MU,
+        tau: float = TAU,
         asynchronous: bool = False,
         clients_per_round: int | float | None = None,
         round_deadline: float | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from lit_asyncfl.algorithms.base import hyperparameters
 from lit_asyncfl.algorithms.semi_async import SemiAsyncAlgorithm, round_settings
 from lit_asyncfl.rl.controllers import FixedAction
-from lit_asyncfl.schedulers.selection import OortSelection
+from lit_asyncfl.schedulers.selection import PENALTY, OortSelection
 from lit_asyncfl.schedulers.semi_async import ALPHA_PREF, BETA_PREF, MAX_LATENCY, ROUNDS, SELECTED
 
 
@@ -15,8 +15,8 @@ class Oort(SemiAsyncAlgorithm):
     duration :math:`T` (default :math:`T_{max}/K`); unexplored devices first.
 
     Args:
-        penalty: System penalty exponent :math:`\alpha` (2).
-        preferred_duration: :math:`T` (``None``: :math:`T_{max}/K`).
+        penalty, preferred_duration: The system penalty exponent :math:`\alpha` and :math:`T`
+            (:class:`~lit_asyncfl.schedulers.OortSelection`'s arguments, see there; ``None``: :math:`T_{max}/K`).
         selected, rounds, max_latency, alpha_pref, beta_pref: The rounds'
             (:class:`~lit_asyncfl.schedulers.SemiAsyncRounds`'s arguments, see there).
 
@@ -27,7 +27,7 @@ class Oort(SemiAsyncAlgorithm):
 
     def __init__(
         self,
-        penalty: float = 2.0,
+        penalty: float = PENALTY,
         preferred_duration: float | None = None,
         selected: int | float = SELECTED,
         rounds: int = ROUNDS,

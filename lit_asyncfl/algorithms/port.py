@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_int
-from lit_asyncfl.schedulers.buffered_concurrency import BufferedConcurrency
-from lit_asyncfl.server.aggregators import ModelAverage
-from lit_asyncfl.server.similarity_weight import SimilarityStalenessWeight
-from lit_asyncfl.server.weights import DataSizeWeight
+from lit_asyncfl.schedulers.buffered_concurrency import CONCURRENCY, BufferedConcurrency
+from lit_asyncfl.server.aggregators import DataSizeWeight, ModelAverage
+from lit_asyncfl.server.similarity_weight import (
+    BOUND,
+    SIMILARITY_WEIGHT,
+    STALENESS_WEIGHT,
+    SimilarityStalenessWeight,
+)
 
 
 class PORT(Algorithm):
@@ -51,10 +55,11 @@ class PORT(Algorithm):
 
     Args:
         buffer_size: Arrivals per aggregation :math:`M`.
-        concurrency: Clients selected at once (count, or fraction of all clients), at least ``buffer_size``.
-        staleness_bound: Staleness bound :math:`b`.
-        similarity_weight: :math:`\omega_{sim}`.
-        staleness_weight: :math:`\omega_{st}`.
+        concurrency: Clients selected at once, at least ``buffer_size``
+            (:class:`~lit_asyncfl.schedulers.BufferedConcurrency`'s argument, see there).
+        staleness_bound, similarity_weight, staleness_weight: :math:`b`, :math:`\omega_{sim}` and
+            :math:`\omega_{st}` (:class:`~lit_asyncfl.server.SimilarityStalenessWeight`'s ``bound``,
+            ``similarity_weight`` and ``staleness_weight``, see there; :math:`b` also bounds the stragglers).
 
     Example:
         >>> algo = PORT()
@@ -64,11 +69,11 @@ class PORT(Algorithm):
 
     def __init__(
         self,
-        buffer_size: int = 15,
-        concurrency: int | float = 0.3,
-        staleness_bound: int = 10,
-        similarity_weight: float = 1.0,
-        staleness_weight: float = 3.0,
+        buffer_size: int = 15,  # the authors' minimum_clients_aggregated (ModelAverage's default: wait for a flush)
+        concurrency: int | float = CONCURRENCY,
+        staleness_bound: int = BOUND,
+        similarity_weight: float = SIMILARITY_WEIGHT,
+        staleness_weight: float = STALENESS_WEIGHT,
     ) -> None:
         hparams = hyperparameters(locals())
         check_int("buffer_size", buffer_size, 1)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
-from lit_asyncfl.availability.prediction import SessionPredictor
+from lit_asyncfl.availability.prediction import CONFIDENCE, SessionPredictor
 from lit_asyncfl.checks import check_bool
-from lit_asyncfl.schedulers.deadline_rounds import AvailabilityPrioritySelection, DeadlineRounds
+from lit_asyncfl.schedulers.deadline_rounds import (
+    CLIENTS_PER_ROUND,
+    DEADLINE,
+    AvailabilityPrioritySelection,
+    DeadlineRounds,
+)
 from lit_asyncfl.schedulers.selection import RandomSelection
-from lit_asyncfl.server.stale_aware import StaleAwareAverage
+from lit_asyncfl.server.stale_aware import BETA, SCALE, StaleAwareAverage
 
 
 class REFL(Algorithm):
@@ -71,12 +76,13 @@ class REFL(Algorithm):
     full text was not available offline).
 
     Args:
-        clients_per_round: Devices selected per round.
-        deadline: Round duration (virtual seconds).
-        beta: SAA's :math:`\beta`.
-        scale: SAA's :math:`s`.
-        prohibit_reselect: Rounds during which a device that trained is passed over.
-        confidence: The predictor's probability threshold.
+        clients_per_round, deadline, prohibit_reselect: The rounds' devices, duration (virtual seconds) and
+            rounds during which a device that trained is passed over
+            (:class:`~lit_asyncfl.schedulers.DeadlineRounds`'s arguments, see there).
+        beta, scale: SAA's :math:`\beta` and :math:`s` (:class:`~lit_asyncfl.server.StaleAwareAverage`'s arguments,
+            see there).
+        confidence: The predictor's probability threshold
+            (:class:`~lit_asyncfl.availability.SessionPredictor`'s, see there).
         ips: Prioritize devices predicted to leave soon (``False``: random selection, REFL's SAA alone).
 
     Example:
@@ -87,12 +93,12 @@ class REFL(Algorithm):
 
     def __init__(
         self,
-        clients_per_round: int | float = 10,
-        deadline: float = 100.0,
-        beta: float = 0.35,
-        scale: float = 1.0,
-        prohibit_reselect: int = 5,
-        confidence: float = 0.5,
+        clients_per_round: int | float = CLIENTS_PER_ROUND,
+        deadline: float = DEADLINE,
+        beta: float = BETA,
+        scale: float = SCALE,
+        prohibit_reselect: int = 5,  # the authors' setting (DeadlineRounds' default: no such rule)
+        confidence: float = CONFIDENCE,
         ips: bool = True,
     ) -> None:
         hparams = hyperparameters(locals())

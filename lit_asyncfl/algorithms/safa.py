@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import hyperparameters
-from lit_asyncfl.algorithms.semi_async import DECAY, SemiAsyncAlgorithm, round_settings
-from lit_asyncfl.rl.controllers import FixedAction
+from lit_asyncfl.algorithms.semi_async import SemiAsyncAlgorithm, round_settings
+from lit_asyncfl.rl.controllers import LAG_TOLERANCE, NUM_PICKED, FixedAction
 from lit_asyncfl.schedulers.selection import RandomSelection
 from lit_asyncfl.schedulers.semi_async import ALPHA_PREF, BETA_PREF, MAX_LATENCY, ROUNDS, SELECTED
+from lit_asyncfl.server.staleness_decay import DECAY
 
 
 class SAFA(SemiAsyncAlgorithm):
@@ -15,12 +16,12 @@ class SAFA(SemiAsyncAlgorithm):
     the first ``M`` arrivals are aggregated, the later ones cached and aggregated in the next round.
 
     Args:
-        num_picked: Quota ``M`` (5 in ASFL's comparison).
-        lag_tolerance: Lag tolerance ``tau`` (2).
+        num_picked, lag_tolerance: Quota ``M`` and lag tolerance ``tau`` (:class:`~lit_asyncfl.rl.FixedAction`'s
+            arguments, see there).
         selected, rounds, max_latency, alpha_pref, beta_pref: The rounds'
             (:class:`~lit_asyncfl.schedulers.SemiAsyncRounds`'s arguments, see there;
             ``max_latency`` counts in the objective only).
-        decay: Staleness decay :math:`c`.
+        decay: Staleness decay :math:`c` (:class:`~lit_asyncfl.server.StalenessDecay`'s, see there).
 
     Example:
         >>> SAFA().scheduler.deadline
@@ -29,8 +30,8 @@ class SAFA(SemiAsyncAlgorithm):
 
     def __init__(
         self,
-        num_picked: int = 5,
-        lag_tolerance: int = 2,
+        num_picked: int = NUM_PICKED,
+        lag_tolerance: int = LAG_TOLERANCE,
         selected: int | float = SELECTED,
         rounds: int = ROUNDS,
         max_latency: float = MAX_LATENCY,

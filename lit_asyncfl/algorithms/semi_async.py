@@ -12,19 +12,16 @@ from lit_asyncfl.schedulers.semi_async import (
     ALPHA_PREF,
     BETA_PREF,
     MAX_LATENCY,
+    REWARD,
     ROUNDS,
     SELECTED,
     SemiAsyncRounds,
 )
-from lit_asyncfl.server.aggregators import ModelAverage
-from lit_asyncfl.server.staleness_decay import StalenessDecay
-from lit_asyncfl.server.weights import DataSizeWeight
+from lit_asyncfl.server.aggregators import DataSizeWeight, ModelAverage
+from lit_asyncfl.server.staleness_decay import DECAY, StalenessDecay
 
 #: The arguments a semi-asynchronous preset passes on to :class:`SemiAsyncAlgorithm` unchanged.
 ROUND_SETTINGS = ("selected", "rounds", "max_latency", "alpha_pref", "beta_pref", "decay", "reward")
-
-#: The staleness decay :math:`c` of every semi-asynchronous preset (ASFL's 0.9).
-DECAY = 0.9
 
 
 class SemiAsyncAlgorithm(Algorithm):
@@ -38,11 +35,9 @@ class SemiAsyncAlgorithm(Algorithm):
         controller: Chooses ``(M_k, tau_k)`` each round.
         selection: Chooses the ``S`` devices of a round.
         deadline: SAFA-style rounds (wait for every device, cache late arrivals).
-        selected, rounds, max_latency, alpha_pref, beta_pref: The rounds'
+        selected, rounds, max_latency, alpha_pref, beta_pref, reward: The rounds'
             (:class:`~lit_asyncfl.schedulers.SemiAsyncRounds`'s arguments, see there).
-        decay: Staleness decay :math:`c`.
-        reward: What a learning controller learns from (``"round"`` or ``"objective_gain"``, see
-            :class:`~lit_asyncfl.schedulers.SemiAsyncRounds`).
+        decay: Staleness decay :math:`c` (:class:`~lit_asyncfl.server.StalenessDecay`'s, see there).
         name: Display name.
         hparams: The preset's hyper-parameters.
     """
@@ -58,7 +53,7 @@ class SemiAsyncAlgorithm(Algorithm):
         alpha_pref: float = ALPHA_PREF,
         beta_pref: float = BETA_PREF,
         decay: float = DECAY,
-        reward: str = "round",
+        reward: str = REWARD,
         name: str | None = None,
         hparams: dict[str, Any] | None = None,
     ) -> None:

@@ -6,9 +6,8 @@ import math
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_int
-from lit_asyncfl.schedulers.k_async import KAsync
-from lit_asyncfl.server.aggregators import DeltaAverage
-from lit_asyncfl.server.weights import StalenessWeight
+from lit_asyncfl.schedulers.k_async import K, KAsync
+from lit_asyncfl.server.aggregators import SERVER_LR, DeltaAverage, StalenessWeight
 
 
 class TWAFL(Algorithm):
@@ -17,15 +16,16 @@ class TWAFL(Algorithm):
     normalisation), under K-async rounds.
 
     Args:
-        k: Updates per aggregation :math:`K`.
-        server_lr: Server learning rate :math:`\eta`.
+        k: Updates per aggregation :math:`K` (:class:`~lit_asyncfl.schedulers.KAsync`'s ``k``, the aggregation's
+            ``buffer_size``).
+        server_lr: Server learning rate :math:`\eta` (:class:`~lit_asyncfl.server.DeltaAverage`'s, see there).
 
     Example:
         >>> round(TWAFL().server_callbacks[0].a, 6)
         0.306853
     """
 
-    def __init__(self, k: int = 10, server_lr: float = 1.0) -> None:
+    def __init__(self, k: int = K, server_lr: float = SERVER_LR) -> None:
         hparams = hyperparameters(locals())
         check_int("k", k, 1)  # also the buffer size: a count, not a fraction
         super().__init__(

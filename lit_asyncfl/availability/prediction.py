@@ -9,6 +9,9 @@ import numpy as np
 from lit_asyncfl.checks import check_number
 from lit_asyncfl.functional.refl import ips_priority, offline_rate, stays_online
 
+#: The probability threshold by default, which REFL's preset repeats by name.
+CONFIDENCE = 0.5
+
 
 class SessionPredictor:
     r"""Predicts whether a device stays online, from its *observed* history only.
@@ -36,7 +39,7 @@ class SessionPredictor:
         (0.2, 0.0)
     """
 
-    def __init__(self, confidence: float = 0.5) -> None:
+    def __init__(self, confidence: float = CONFIDENCE) -> None:
         check_number("confidence", confidence, 0, 1, open_min=True, open_max=True)
         self.confidence = confidence
         self.reset(0)

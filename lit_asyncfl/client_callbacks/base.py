@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
     from lit_asyncfl.engines.fast import FastEngine
 
+#: :class:`ProximalTerm`'s :math:`\mu` by default (FedProx's; ASO-Fed's :math:`\lambda` too).
+MU = 0.01
+#: :class:`LearningRateDecay`'s :math:`\gamma` by default (FedADT's).
+LR_DECAY = 0.9999
+
 
 class ClientCallback:
     """Base class of client callbacks; every hook does nothing by default.
@@ -160,7 +165,7 @@ class ProximalTerm(ClientCallback):
 
     runs_on_workers = True  # the anchor is the job's own start model
 
-    def __init__(self, mu: float = 0.01) -> None:
+    def __init__(self, mu: float = MU) -> None:
         check_number("FedProx mu", mu, 0)
         self.mu = mu
         self._anchors: list[Tensor] = []
@@ -194,7 +199,7 @@ class LearningRateDecay(ClientCallback):
 
     runs_on_workers = True  # the factor depends on the job's base version alone
 
-    def __init__(self, decay: float = 0.9999) -> None:
+    def __init__(self, decay: float = LR_DECAY) -> None:
         check_fraction("decay", decay, open_min=True)
         self.decay = decay
 

@@ -22,12 +22,16 @@ from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.client_state import ClientStateStore
 from lit_asyncfl.core.workspace import ModelWorkspace, _no_log
 from lit_asyncfl.functional.contrastive import model_contrastive_loss
-from lit_asyncfl.functional.feddyn import feddyn_client_state
+from lit_asyncfl.functional.feddyn import ALPHA, feddyn_client_state
 from lit_asyncfl.loops.job_trainer import JobTrainer
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
     from lit_asyncfl.engines.fast import FastEngine
+
+# ModelContrastive's defaults (the MOON authors' code), which MOON's preset repeats by name.
+MU = 1.0
+TAU = 0.5
 
 
 class _StatefulClientCallback(ClientCallback):
@@ -122,7 +126,7 @@ class ModelContrastive(_StatefulClientCallback):
     #: Name of the previous local model in the client state store.
     STATE_NAME = "moon_previous"
 
-    def __init__(self, mu: float = 1.0, tau: float = 0.5) -> None:
+    def __init__(self, mu: float = MU, tau: float = TAU) -> None:
         check_number("MOON mu", mu, 0)
         check_number("MOON tau", tau, 0, open_min=True)
         self.mu, self.tau = mu, tau
@@ -267,7 +271,7 @@ class DynamicRegularizer(_StatefulClientCallback):
     #: Name of :math:`g_k` in the client state store.
     STATE_NAME = "feddyn_gradient"
 
-    def __init__(self, alpha: float = 0.01, max_grad_norm: float | None = None) -> None:
+    def __init__(self, alpha: float = ALPHA, max_grad_norm: float | None = None) -> None:
         check_number("FedDyn alpha", alpha, 0, open_min=True)
         check_number("max_grad_norm", max_grad_norm, 0, open_min=True, optional=True)
         self.alpha = alpha

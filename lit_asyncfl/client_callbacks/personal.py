@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
     from lit_asyncfl.engines.base import LocalEngine
 
+#: :math:`\lambda` by default (the Ditto authors' run scripts), which Ditto's preset repeats by name.
+LAM = 1.0
+
 
 class _ProximalToAnchor(ProximalTerm):
     r"""FedProx's term :math:`\frac{\lambda}{2} \lVert v - w \rVert^2` towards a given anchor :math:`w` (set in
@@ -76,7 +79,7 @@ class PersonalModel(_StatefulClientCallback):
     #: Name of :math:`v_k` in the client state store.
     STATE_NAME = "ditto_personal"
 
-    def __init__(self, lam: float = 1.0, steps: int | None = None) -> None:
+    def __init__(self, lam: float = LAM, steps: int | None = None) -> None:
         check_number("Ditto lam", lam, 0)
         check_int("Ditto steps", steps, 1, optional=True)
         self.lam = lam

@@ -33,6 +33,12 @@ def _scale_lr(trainer: FastEngine, factor: float) -> None:
     trainer.job_info["lr"] = float(trainer.optimizer.param_groups[0]["lr"])
 
 
+# Defaults (ASO-Fed's and FedSA's), which their presets repeat by name.
+LOG_BASE = math.e
+BETA = 0.5
+FREQUENCY = "share"
+
+
 class DelayAdaptiveStepSize(ClientCallback):
     r"""ASO-Fed's dynamic step size: the job's learning rate times :math:`r_k = \max(1, \log_b \bar d_k)`.
 
@@ -54,7 +60,7 @@ class DelayAdaptiveStepSize(ClientCallback):
     carries_state = True  # the mean delay is learned across the client's jobs: a job carries its client's
     client_state_attributes = ("last_version", "mean_delay", "jobs")
 
-    def __init__(self, log_base: float = math.e) -> None:
+    def __init__(self, log_base: float = LOG_BASE) -> None:
         check_number("log_base", log_base, 1, open_min=True)
         self.log_base = log_base
         self.last_version: dict[int, int] = {}
@@ -125,7 +131,7 @@ class DecayedCorrection(ClientCallback):
     carries_state = True  # h_k and the previous pseudo-gradient are kept across the client's jobs
     client_state_attributes = ("h", "prev_s_grad")
 
-    def __init__(self, beta: float = 0.5) -> None:
+    def __init__(self, beta: float = BETA) -> None:
         check_fraction("beta", beta)
         self.beta = beta
         self.h: dict[int, Tensor] = {}
@@ -194,7 +200,7 @@ class ParticipationLearningRate(ClientCallback):
 
     carries_state = True  # the participation counts are kept across the clients' jobs
 
-    def __init__(self, base_lr: float | None = None, frequency: str = "share") -> None:
+    def __init__(self, base_lr: float | None = None, frequency: str = FREQUENCY) -> None:
         check_number("base_lr", base_lr, 0, open_min=True, optional=True)
         check_choice("frequency", frequency, FREQUENCIES)
         self.base_lr = base_lr

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from torch import Tensor
 
+#: :math:`\alpha` by default, the client's and the server's (the authors' commands use ``alpha_coef`` 1e-2 to 1e-1).
+ALPHA = 0.01
+
 
 def feddyn_gradient(
     grad: Tensor,

@@ -24,6 +24,10 @@ POLICY_FORMAT = "lit_asyncfl.asfl_policy.v1"
 #: devices per round, mean version variance).
 STATE_FEATURES = ("loss", "latency_ratio", "objective", "mean_deprecated", "mean_version_variance")
 
+#: :class:`FixedAction`'s quota ``M`` and lag tolerance by default (SAFA's in ASFL's comparison).
+NUM_PICKED = 5
+LAG_TOLERANCE = 2
+
 
 class RoundController:
     """Base class of round controllers."""
@@ -66,7 +70,7 @@ class FixedAction(RoundController):
         (5, 2)
     """
 
-    def __init__(self, num_picked: int | None = 5, lag_tolerance: int = 2) -> None:
+    def __init__(self, num_picked: int | None = NUM_PICKED, lag_tolerance: int = LAG_TOLERANCE) -> None:
         check_int("num_picked", num_picked, 1, optional=True)
         check_int("lag_tolerance", lag_tolerance, 0)
         self.num_picked = num_picked

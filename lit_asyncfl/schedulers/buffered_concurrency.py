@@ -11,6 +11,9 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob
     from lit_asyncfl.schedulers.view import SchedulerView
 
+#: Clients selected at once by default (PORT's 30 of 100), which PORT's preset repeats by name.
+CONCURRENCY = 0.3
+
 
 class BufferedConcurrency(Scheduler):
     r"""Keep ``concurrency`` clients *selected* — training, or uploaded and waiting in the server's buffer — and,
@@ -36,7 +39,7 @@ class BufferedConcurrency(Scheduler):
         30
     """
 
-    def __init__(self, concurrency: int | float = 0.3, max_staleness: int | None = None) -> None:
+    def __init__(self, concurrency: int | float = CONCURRENCY, max_staleness: int | None = None) -> None:
         check_count_or_fraction("concurrency", concurrency)
         check_int("max_staleness", max_staleness, 0, optional=True)
         self.concurrency = concurrency

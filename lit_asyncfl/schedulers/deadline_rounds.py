@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob
     from lit_asyncfl.schedulers.view import SchedulerView
 
+# DeadlineRounds' defaults (REFL's: 10 devices a round, a 100 s deadline), which REFL's preset repeats by name.
+CLIENTS_PER_ROUND = 10
+DEADLINE = 100.0
+
 
 class AvailabilityPrioritySelection(Selection):
     r"""REFL's intelligent participant selection: the candidates a
@@ -74,8 +78,8 @@ class DeadlineRounds(Scheduler):
 
     def __init__(
         self,
-        clients_per_round: int | float = 10,
-        deadline: float = 100.0,
+        clients_per_round: int | float = CLIENTS_PER_ROUND,
+        deadline: float = DEADLINE,
         selection: Selection | None = None,
         predictor: SessionPredictor | None = None,
         prohibit_reselect: int = 0,

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob
     from lit_asyncfl.schedulers.view import SchedulerView
 
+#: Updates per aggregation by default (FedHist's K = 10).
+K = 10
+
 
 class KAsync(Scheduler):
     """All clients train from the start; the server aggregates when ``k`` updates have arrived (set the
@@ -31,7 +34,7 @@ class KAsync(Scheduler):
         10
     """
 
-    def __init__(self, k: int | float = 10) -> None:
+    def __init__(self, k: int | float = K) -> None:
         check_count_or_fraction("k", k)
         self.k = k
         self.count = 0

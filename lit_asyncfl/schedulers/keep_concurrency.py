@@ -11,6 +11,9 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob
     from lit_asyncfl.schedulers.view import SchedulerView
 
+#: Clients training at once by default (FedAsync's 10%).
+CONCURRENCY = 0.1
+
 
 class KeepConcurrency(Scheduler):
     """Start ``concurrency`` random clients; whenever an update has been processed, start a random idle client.
@@ -29,7 +32,7 @@ class KeepConcurrency(Scheduler):
         10
     """
 
-    def __init__(self, concurrency: int | float = 0.1) -> None:
+    def __init__(self, concurrency: int | float = CONCURRENCY) -> None:
         check_count_or_fraction("concurrency", concurrency)  # validate early
         self.concurrency = concurrency
         self.count = 0

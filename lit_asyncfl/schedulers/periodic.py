@@ -11,6 +11,11 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.simulator import Event
     from lit_asyncfl.schedulers.view import SchedulerView
 
+# Defaults (FedASMU's system setup: T = 10 s, m' = 10, 10% of the devices at most), which its preset repeats by name.
+PERIOD = 10.0
+CLIENTS_PER_TRIGGER = 10
+MAX_PARALLEL = 0.1
+
 
 class PeriodicTrigger(Scheduler):
     r"""Every ``period`` virtual seconds, start up to ``clients_per_trigger`` idle clients (:math:`m'`), as long as
@@ -29,7 +34,10 @@ class PeriodicTrigger(Scheduler):
     """
 
     def __init__(
-        self, period: float = 10.0, clients_per_trigger: int | float = 10, max_parallel: int | float = 0.1
+        self,
+        period: float = PERIOD,
+        clients_per_trigger: int | float = CLIENTS_PER_TRIGGER,
+        max_parallel: int | float = MAX_PARALLEL,
     ) -> None:
         check_number("period", period, 0, open_min=True, unit=" virtual seconds")
         check_count_or_fraction("clients_per_trigger", clients_per_trigger)

@@ -12,6 +12,9 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob
     from lit_asyncfl.schedulers.view import SchedulerView
 
+#: Clients per round by default (FedAvg's C = 0.1).
+CLIENTS_PER_ROUND = 0.1
+
 
 class SynchronousRounds(Scheduler):
     """Each round, sample ``clients_per_round`` clients, dispatch them with the current model, and aggregate once
@@ -35,7 +38,7 @@ class SynchronousRounds(Scheduler):
         10
     """
 
-    def __init__(self, clients_per_round: int | float = 0.1, deadline: float | None = None) -> None:
+    def __init__(self, clients_per_round: int | float = CLIENTS_PER_ROUND, deadline: float | None = None) -> None:
         check_count_or_fraction("clients_per_round", clients_per_round)
         check_number("deadline", deadline, 0, open_min=True, optional=True, unit=" virtual seconds")
         self.clients_per_round = clients_per_round

@@ -14,6 +14,9 @@ import numpy as np
 from lit_asyncfl.checks import check_number
 from lit_asyncfl.functional.asfl import device_utility
 
+#: :class:`OortSelection`'s system penalty exponent by default (Oort's 2), which Oort's preset repeats by name.
+PENALTY = 2.0
+
 
 class Selection:
     """Base class: pick ``count`` devices uniformly at random among the candidates."""
@@ -115,7 +118,7 @@ class OortSelection(UtilitySelection):
         [100.0, 25.0]
     """
 
-    def __init__(self, penalty: float = 2.0, preferred_duration: float | None = None) -> None:
+    def __init__(self, penalty: float = PENALTY, preferred_duration: float | None = None) -> None:
         super().__init__()
         check_number("penalty", penalty, 0)
         check_number("preferred_duration", preferred_duration, 0, open_min=True, optional=True)

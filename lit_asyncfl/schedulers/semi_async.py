@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 #: What a controller may learn from (see ``SemiAsyncRounds(reward=...)``).
 REWARDS = ("round", "objective_gain")
+#: What it learns from by default (the paper's per-round reward), every semi-asynchronous preset's.
+REWARD = "round"
 
 #: The defaults of :class:`SemiAsyncRounds` and of every semi-asynchronous preset (ASFL, SAFA, FedCS, Oort): ASFL's
 #: task II, ``S = 10`` devices selected per round, ``K = 50`` rounds, :math:`T_{max} = 5000` virtual seconds,
@@ -75,7 +77,7 @@ class SemiAsyncRounds(SemiAsyncRoundState, Scheduler):
         max_latency: Latency limit :math:`T_{max}` of the whole run (virtual seconds).
         alpha_pref: Latency preference :math:`\alpha` within the limit.
         beta_pref: Latency preference :math:`\beta` beyond the limit.
-        controller: Chooses ``(M_k, tau_k)`` each round (default: ``FixedAction(5, 2)``).
+        controller: Chooses ``(M_k, tau_k)`` each round (default: ``FixedAction()``, SAFA's quota and lag tolerance).
         selection: Chooses the ``S`` devices (default: :class:`~lit_asyncfl.schedulers.selection.UtilitySelection`).
         deadline: SAFA's rounds: last until every device could have reported, cache late arrivals.
         reward: What the controller learns from: ``"round"``, the paper's per-round reward
@@ -102,7 +104,7 @@ class SemiAsyncRounds(SemiAsyncRoundState, Scheduler):
         controller: RoundController | None = None,
         selection: Selection | None = None,
         deadline: bool = False,
-        reward: str = "round",
+        reward: str = REWARD,
     ) -> None:
         check_count_or_fraction("selected", selected)
         check_choice("reward", reward, REWARDS)
@@ -116,7 +118,7 @@ class SemiAsyncRounds(SemiAsyncRoundState, Scheduler):
         self.max_latency = max_latency
         self.alpha_pref = alpha_pref
         self.beta_pref = beta_pref
-        self.controller = controller if controller is not None else FixedAction(5, 2)
+        self.controller = controller if controller is not None else FixedAction()
         self.selection = selection if selection is not None else UtilitySelection()
         self.deadline = deadline
         self.reward = reward

@@ -16,6 +16,17 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
     from lit_asyncfl.core.update import ClientUpdate
 
+# Defaults (FADAS's, from the authors' code, with the rate for the small models here; FedAvgM's), which the presets
+# repeat by name.
+SERVER_LR = 0.01
+BETA1 = 0.9
+BETA2 = 0.99
+EPS = 1e-8
+BIAS_CORRECTION = False
+#: :class:`ServerMomentum`'s rate :math:`\eta` and momentum :math:`\beta` (FedAvgM's main setting).
+MOMENTUM_SERVER_LR = 1.0
+MOMENTUM = 0.9
+
 
 class AdaptiveServerOptimizer(ServerCallback):
     r"""Replace the aggregator's step :math:`\Delta_t` by an AMSGrad step :math:`\eta_t m_t / (\sqrt{\hat v_t} +
@@ -47,12 +58,12 @@ class AdaptiveServerOptimizer(ServerCallback):
 
     def __init__(
         self,
-        server_lr: float = 0.01,
-        beta1: float = 0.9,
-        beta2: float = 0.99,
-        eps: float = 1e-8,
+        server_lr: float = SERVER_LR,
+        beta1: float = BETA1,
+        beta2: float = BETA2,
+        eps: float = EPS,
         amsgrad: bool = True,
-        bias_correction: bool = False,
+        bias_correction: bool = BIAS_CORRECTION,
         delay_threshold: int | None = None,
     ) -> None:
         check_number("server_lr", server_lr, 0, open_min=True)
@@ -148,7 +159,9 @@ class ServerMomentum(AdaptiveServerOptimizer):
         (0.9, 1.0)
     """
 
-    def __init__(self, server_lr: float = 1.0, momentum: float = 0.9, delay_threshold: int | None = None) -> None:
+    def __init__(
+        self, server_lr: float = MOMENTUM_SERVER_LR, momentum: float = MOMENTUM, delay_threshold: int | None = None
+    ) -> None:
         check_number("momentum", momentum, 0, 1, open_max=True)
         super().__init__(server_lr=server_lr, delay_threshold=delay_threshold)
         self.momentum = momentum

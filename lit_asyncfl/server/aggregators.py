@@ -16,6 +16,18 @@ from lit_asyncfl.server.base import ServerCallback
 if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
 
+# Defaults (FedAsync's and FedBuff's), which their presets and the presets built on them repeat by name.
+#: :class:`StalenessWeight`'s function and parameters: FedAsync's polynomial :math:`(\tau+1)^{-1/2}`.
+STALENESS_FUNCTION = "polynomial"
+STALENESS_A = 0.5
+STALENESS_B = 4.0
+#: :class:`Mixing`'s base weight :math:`\alpha` (FedAsync's).
+MIXING_ALPHA = 0.6
+#: :class:`DeltaAverage`'s buffer :math:`K`, server learning rate :math:`\eta_g` and normalisation (FedBuff's).
+BUFFER_SIZE = 10
+SERVER_LR = 1.0
+NORMALIZE = False
+
 
 class StalenessWeight(ServerCallback):
     r"""Multiply an update's weight by a staleness function :math:`s(t - o)`.
@@ -33,7 +45,7 @@ class StalenessWeight(ServerCallback):
         0.5
     """
 
-    def __init__(self, function: str = "polynomial", a: float = 0.5, b: float = 4.0) -> None:
+    def __init__(self, function: str = STALENESS_FUNCTION, a: float = STALENESS_A, b: float = STALENESS_B) -> None:
         check_choice("staleness function", function, sorted(STALENESS_FUNCTIONS))
         check_number("staleness parameter a", a, 0)
         check_number("staleness parameter b", b, 0)
@@ -141,7 +153,7 @@ class Mixing(Aggregator):
 
     averages_models = True
 
-    def __init__(self, alpha: float = 0.6) -> None:
+    def __init__(self, alpha: float = MIXING_ALPHA) -> None:
         check_number("alpha", alpha, 0, 1, open_min=True)
         super().__init__(buffer_size=1)
         self.alpha = alpha
@@ -188,7 +200,9 @@ class DeltaAverage(Aggregator):
         10
     """
 
-    def __init__(self, buffer_size: int | None = 10, server_lr: float = 1.0, normalize: bool = False) -> None:
+    def __init__(
+        self, buffer_size: int | None = BUFFER_SIZE, server_lr: float = SERVER_LR, normalize: bool = NORMALIZE
+    ) -> None:
         super().__init__(buffer_size)
         check_number("server_lr", server_lr, 0, open_min=True)
         check_bool("normalize", normalize)

@@ -9,8 +9,8 @@ from torch import Tensor
 
 from lit_asyncfl.checks import check_choice, check_number
 from lit_asyncfl.functional.calibration import calibrated_update, calibration_residual
-from lit_asyncfl.server.aggregators import Aggregator
-from lit_asyncfl.server.update_cache import CACHE_DTYPES, ClientUpdateCache
+from lit_asyncfl.server.aggregators import BUFFER_SIZE, SERVER_LR, Aggregator
+from lit_asyncfl.server.update_cache import CACHE_DTYPE, CACHE_DTYPES, ClientUpdateCache
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
@@ -56,7 +56,9 @@ class CalibratedDeltaAverage(Aggregator):
         (10, 'float32')
     """
 
-    def __init__(self, buffer_size: int = 10, server_lr: float = 1.0, cache_dtype: str = "float32") -> None:
+    def __init__(
+        self, buffer_size: int = BUFFER_SIZE, server_lr: float = SERVER_LR, cache_dtype: str = CACHE_DTYPE
+    ) -> None:
         super().__init__(buffer_size)
         check_number("server_lr", server_lr, 0, open_min=True)
         check_choice("cache_dtype", cache_dtype, sorted(CACHE_DTYPES))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from lit_asyncfl.checks import check_number
-from lit_asyncfl.functional.feddyn import feddyn_server_model, feddyn_server_state
+from lit_asyncfl.functional.feddyn import ALPHA, feddyn_server_model, feddyn_server_state
 from lit_asyncfl.server.base import ServerCallback
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class DynamicCorrection(ServerCallback):
         0.01
     """
 
-    def __init__(self, alpha: float = 0.01) -> None:
+    def __init__(self, alpha: float = ALPHA) -> None:
         check_number("FedDyn alpha", alpha, 0, open_min=True)
         self.alpha = alpha
         self._reset()

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
     from lit_asyncfl.core.update import ClientUpdate
 
+#: Buffer length :math:`h` by default (FedHist's preset repeats it by name).
+LENGTH = 5
+
 
 class GradientHistory(ServerCallback):
     r"""The buffer of the last ``h`` rounds (FedHist): global gradients :math:`\mathcal{G}` and, per round, the
@@ -33,7 +36,7 @@ class GradientHistory(ServerCallback):
         5
     """
 
-    def __init__(self, length: int = 5) -> None:
+    def __init__(self, length: int = LENGTH) -> None:
         check_int("buffer length h", length, 0)
         self.length = length
         self._reset()

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
     from lit_asyncfl.core.update import ClientUpdate
 
+#: EGS's fusion coefficient :math:`\alpha` by default (FedHist's preset repeats it by name).
+ALPHA = 0.1
+
 
 class GradientStability(ServerCallback):
     r"""EGS (Eqs. 5-7): fuse each local gradient with the least similar cached global gradient.
@@ -33,7 +36,7 @@ class GradientStability(ServerCallback):
         0.1
     """
 
-    def __init__(self, history: GradientHistory, alpha: float = 0.1) -> None:
+    def __init__(self, history: GradientHistory, alpha: float = ALPHA) -> None:
         check_number("EGS alpha", alpha, 0)
         self.history = history
         self.alpha = alpha

@@ -15,6 +15,10 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
     from lit_asyncfl.core.update import ClientUpdate
 
+# Defaults that FedHist's preset repeats by name (its lambda and exponent cap are its own).
+SIMILARITY_THRESHOLD = 0.0
+EMA_RATE = 0.1
+
 
 class HistoryAwareWeight(ServerCallback):
     r"""HAA (Eqs. 8-14): weight :math:`\hat p_i = (e/2)^{-\tau_i} + \lambda \overline{Util}(i)`, normalised by the
@@ -50,8 +54,8 @@ class HistoryAwareWeight(ServerCallback):
         self,
         history: GradientHistory,
         lam: float = 0.1,
-        similarity_threshold: float = 0.0,
-        ema_rate: float = 0.1,
+        similarity_threshold: float = SIMILARITY_THRESHOLD,
+        ema_rate: float = EMA_RATE,
         max_exponent: float = 50.0,
         floor: float = 1e-6,
     ) -> None:

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
     from lit_asyncfl.core.update import ClientUpdate
 
+#: INA's decay :math:`\mu` by default (FedHist's preset repeats it by name).
+MU = 1e-4
+
 
 class NormAmplification(ServerCallback):
     r"""INA (Eq. 15): rescale the aggregated gradient to :math:`\frac{1 - \mu r}{K} \sum_i \|g_i\|`, direction kept.
@@ -30,7 +33,7 @@ class NormAmplification(ServerCallback):
         0.0001
     """
 
-    def __init__(self, mu: float = 1e-4) -> None:
+    def __init__(self, mu: float = MU) -> None:
         check_number("INA mu", mu, 0, 1, open_max=True)
         self.mu = mu
 

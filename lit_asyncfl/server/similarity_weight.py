@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
     from lit_asyncfl.core.update import ClientUpdate
 
+# Defaults (the PORT authors' configuration), which PORT's preset repeats by name.
+BOUND = 10
+SIMILARITY_WEIGHT = 1.0
+STALENESS_WEIGHT = 3.0
+
 
 class SimilarityStalenessWeight(ServerCallback):
     r"""Multiply an update's weight by :math:`\omega_{sim} \frac{1 + \cos(g_t, w_i - w_t)}{2} + \omega_{st}
@@ -36,7 +41,12 @@ class SimilarityStalenessWeight(ServerCallback):
         5.0
     """
 
-    def __init__(self, bound: int = 10, similarity_weight: float = 1.0, staleness_weight: float = 3.0) -> None:
+    def __init__(
+        self,
+        bound: int = BOUND,
+        similarity_weight: float = SIMILARITY_WEIGHT,
+        staleness_weight: float = STALENESS_WEIGHT,
+    ) -> None:
         check_int("staleness bound", bound, 1)
         check_number("similarity_weight", similarity_weight, 0)
         check_number("staleness_weight", staleness_weight, 0)

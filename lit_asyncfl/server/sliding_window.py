@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
     from lit_asyncfl.core.update import ClientUpdate
 
+#: Window length :math:`K` by default, which FedFa's preset repeats by name.
+WINDOW_SIZE = 10
+
 
 class SlidingWindowAverage(Aggregator):
     r"""The global model is the mean of the last ``K`` client models received (a FIFO queue).
@@ -40,7 +43,7 @@ class SlidingWindowAverage(Aggregator):
 
     averages_models = True
 
-    def __init__(self, window_size: int = 10) -> None:
+    def __init__(self, window_size: int = WINDOW_SIZE) -> None:
         check_int("window_size", window_size, 1)
         super().__init__(buffer_size=1)
         self.window_size = window_size

@@ -14,6 +14,10 @@ from lit_asyncfl.server.aggregators import Aggregator
 if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
 
+# SAA's defaults (REFL's beta = 0.35, scalecoff = 1), which REFL's preset repeats by name.
+BETA = 0.35
+SCALE = 1.0
+
 
 class StaleAwareAverage(Aggregator):
     r"""Flush-only average of the buffered deltas, :math:`w \leftarrow w + \sum_i q_i \Delta_i / \sum_i q_i`, with
@@ -32,7 +36,7 @@ class StaleAwareAverage(Aggregator):
         (None, 0.35)
     """
 
-    def __init__(self, beta: float = 0.35, scale: float = 1.0) -> None:
+    def __init__(self, beta: float = BETA, scale: float = SCALE) -> None:
         super().__init__(buffer_size=None)
         check_fraction("beta", beta)
         check_number("scale", scale, 1)

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
     from lit_asyncfl.core.update import ClientUpdate
 
+#: The staleness decay :math:`c` by default (ASFL's 0.9), every semi-asynchronous preset's.
+DECAY = 0.9
+
 
 class StalenessDecay(ServerCallback):
     r"""Replace an update's model by :math:`w^*_i = c^{s_i} w_i + (1 - c^{s_i}) w_G` (ASFL Eq. 1), where
@@ -31,7 +34,7 @@ class StalenessDecay(ServerCallback):
         tensor([0.2500])
     """
 
-    def __init__(self, decay: float = 0.9) -> None:
+    def __init__(self, decay: float = DECAY) -> None:
         check_fraction("decay", decay, open_min=True)
         self.decay = decay
 

@@ -16,6 +16,8 @@ CACHE_DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
+#: The entries' default storage type.
+CACHE_DTYPE = "float32"
 
 
 class ClientUpdateCache:
@@ -41,7 +43,7 @@ class ClientUpdateCache:
         (tensor([2., 4.]), None)
     """
 
-    def __init__(self, dtype: str = "float32") -> None:
+    def __init__(self, dtype: str = CACHE_DTYPE) -> None:
         check_choice("dtype", dtype, sorted(CACHE_DTYPES))
         self.dtype = dtype
         self.entries: dict[int, Tensor] = {}
