@@ -135,10 +135,12 @@ class CohortEngine(LocalEngine):
     while a cohort trains) and, by keyword:
 
     Args:
-        compile: Compile the batched step with ``torch.compile`` (``dynamic=True``, so cohorts of other sizes and
-            batch shapes reuse the compiled code). Costs about a minute of compilation on first use (LeNet-5, 2 CPU
-            cores) and makes each step about 25% faster; results equal the eager cohort's within float32 rounding.
-            Needs a C++ compiler on the CPU (Inductor).
+        compile: Compile the batched step with ``torch.compile`` (``dynamic=True``). Costs about a minute of
+            compilation on first use (LeNet-5, 2 CPU cores) and makes each step of cohorts of that size about 25%
+            faster; results equal the eager cohort's within float32 rounding. Needs a C++ compiler on the CPU
+            (Inductor). The number of stacked jobs is specialised all the same: each new cohort size or batch shape
+            recompiles (about 1.4 s) until ``torch._dynamo``'s recompile limit, after which the step runs eagerly,
+            so in whole runs with cohorts of many sizes it does not pay (measured: ``docs/speed.md``).
     """
 
     def __init__(self, *args: Any, compile: bool = False, **kwargs: Any) -> None:
