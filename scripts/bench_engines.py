@@ -11,25 +11,38 @@ per update are compared. The row ``raw, oneDNN on`` shows what the automatic ker
 The cohort engine gets all jobs in flight at once and computes them ``--cohort`` at a time. The last line is
 machine-readable: ``fast_vs_raw=<x> lightning_vs_raw=<x> cohort50_vs_raw=<x>``.
 
-``--whole-runs`` measures instead whole ``FederatedTrainer`` runs (100 clients, LeNet-5, batch 10, E = 1, 1 thread)
-with ``engine="fast"`` and ``engine="cohort"``, where cohorts are only as large as the jobs pending when an update is
-first needed: FedAsync and FedBuff (buffer 10) at 10 and 50 clients in flight and FedAvg with 10 and 50 clients per
-round, on an IID and a Dirichlet(0.5) split of the digits. Each configuration also times a **raw PyTorch loop over
-the same updates**: the client jobs whose updates the ``fast`` run received (recorded in its warm-up run: same
-clients, same seeds, so the same shards, batch order and number of SGD steps), trained one after another by a plain
-loop without the simulator (one reused LeNet-5, each client's shard pre-sliced as tensors, the start weights copied
-in, a fresh ``torch.optim.SGD``, ``randperm`` batches, ``F.cross_entropy``, backward, step, the weights read out as
-one vector), under the kernel choice the engines make. It does only the local training: no server, aggregation,
-event queue or evaluation, and every job starts from the initial weights (the cost of a step does not depend on
-them). The three run interleaved (fast, cohort, raw, fast, ...) so machine load affects them alike; the global model
-is evaluated only at the start and the end of the engines' runs. It prints updates per wall second (engines: from
-``on_fit_start`` to ``on_fit_end``, so without building the trainer and writing the plots, about a second per run
-that both engines pay alike; raw: the loop), medians over repeats, the ratios cohort/fast and cohort/raw of the
-medians (above 1: cohort faster), the range of cohort/raw over the repeats and the mean cohort size. The last line is
-``cohort_vs_raw_whole_50=X cohort_vs_raw_whole_10=Y``: raw-loop time per update divided by the cohort's, on the
-Dirichlet(0.5) split, each the median over FedAsync, FedBuff and FedAvg with 50 (X) or 10 (Y) clients in flight:
+``--whole-runs`` measures instead whole ``FederatedTrainer`` runs (100 clients, LeNet-5, batch 10, E = 1, 1 thread) with
+``engine="fast"`` and ``engine="cohort"``, where cohorts are only as large as the jobs pending when an update is first
+needed: FedAsync and FedBuff (buffer 10) at 10 and 50 clients in flight and FedAvg with 10 and 50 clients per round, on
+an IID and a Dirichlet(0.5) split of the digits. Each configuration also times a **raw PyTorch loop over the same
+updates**: the client jobs whose updates the ``fast`` run received (recorded in its warm-up run: same clients, same
+seeds, so the same shards, batch order and number of SGD steps), trained one after another by a plain loop without the
+simulator (one reused LeNet-5, each client's shard pre-sliced as tensors, the start weights copied in, a fresh
+``torch.optim.SGD``, ``randperm`` batches, ``F.cross_entropy``, backward, step, the weights read out as one vector),
+under the kernel choice the engines make. It does only the local training: no server, aggregation, event queue or
+evaluation, and every job starts from the initial weights (the cost of a step does not depend on them). The runs
+interleave (fast, cohort, free engine below, raw, fast, ...) so machine load affects them alike; the global model is
+evaluated only at the start and the end of the engines' runs. It prints updates per wall second (engines: from
+``on_fit_start`` to ``on_fit_end``, so without building the trainer and writing the plots, about a second per run that
+both engines pay alike; raw: the loop), medians over repeats, the ratios cohort/fast and cohort/raw of the medians
+(above 1: cohort faster), the range of cohort/raw over the repeats and the mean cohort size.
 
-    python scripts/bench_engines.py --whole-runs                   # ~600 updates per run, 3 repeats: ~10 minutes
+Two floors come with them. **The simulator floor**: each configuration also runs, interleaved, with a free engine
+(:class:`FreeEngine`: every job's update is its start weights plus a deterministic tiny delta, without training, so the
+event queue, scheduler, server and evaluation do their normal work); raw-loop time per update divided by the free run's
+is the ratio no engine can beat with today's simulator, server and evaluation (column ``floor``), and the free run's
+time splits into simulator and scheduler, server (``receive``/``flush``: checks, aggregation), global evaluation and the
+free engine itself. **The compute floor of training**: the FLOPs of one update's matmuls and convolutions
+(``torch.utils.flop_counter`` over the raw loop's updates of 50 recorded jobs) at the throughput this CPU reaches on the
+batched step's GEMMs at the run's mean cohort size (``bmm`` of the forward and backward products of every layer,
+convolutions as im2col products; the best any batched kernel could do, ignoring im2col, pooling, activations and the
+optimizer), with a large matmul's GFLOP/s for reference. ``ceiling`` = raw ms / (free ms + compute floor ms) bounds
+cohort/raw. Before the last line: ``floor_vs_raw_whole_50=X floor_vs_raw_whole_10=Y`` and ``ceiling_vs_raw_whole_50=X
+ceiling_vs_raw_whole_10=Y`` (medians as below). The last line is ``cohort_vs_raw_whole_50=X cohort_vs_raw_whole_10=Y``:
+raw-loop time per update divided by the cohort's, on the Dirichlet(0.5) split, each the median over FedAsync, FedBuff
+and FedAvg with 50 (X) or 10 (Y) clients in flight:
+
+    python scripts/bench_engines.py --whole-runs                   # ~600 updates per run, 3 repeats: 3-6 minutes
     python scripts/bench_engines.py --whole-runs --partitions dirichlet --repeats 5
 """
 
@@ -40,11 +53,13 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from bench_overhead import raw_update
+from torch import Tensor
 
 from lit_asyncfl import FederatedTrainer
 from lit_asyncfl.algorithms import Algorithm, FedAsync, FedAvg, FedBuff
@@ -54,6 +69,7 @@ from lit_asyncfl.client.kernels import OneDNN
 from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
 from lit_asyncfl.data import DigitsDataModule
+from lit_asyncfl.data.shards import steps_per_epoch
 from lit_asyncfl.models import LeNet5
 
 #: Whole-run configurations: (algorithm factory, updates per version).
@@ -92,13 +108,88 @@ class JobRecorder(Callback):
         self.jobs.append((update.job.client, update.job.seed, update.num_steps))
 
 
+class _Timed:
+    """Wall seconds spent in calls of a function (the outermost call only: a call from inside another timed call of
+    the same :class:`_Timed` is not counted twice)."""
+
+    def __init__(self) -> None:
+        self.seconds, self.depth = 0.0, 0
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self.depth:
+                return fn(*args, **kwargs)
+            self.depth += 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t0
+                self.depth -= 1
+
+        return timed
+
+
+class FreeEngine(Callback):
+    """Bench-only: the ``fast`` run's local training replaced by a free one, to measure the simulator floor.
+
+    At fit start the run's executor returns, for each job, its start weights plus a deterministic tiny delta (a fixed
+    random vector times a factor drawn from the job's seed) with the number of steps the ``fast`` engine would take,
+    without training; everything else (event queue, scheduler, the server's checks and aggregation, evaluation) does
+    its normal work. The run's wall time then splits into :attr:`server` (``receive``/``flush``: checks,
+    aggregation, new versions), :attr:`evaluation` (the global evaluations), :attr:`engine` (the free updates
+    themselves, with the executor around them) and the rest, the simulator and scheduler (:meth:`split`).
+    """
+
+    def __init__(self) -> None:
+        self.server, self.evaluation, self.engine = _Timed(), _Timed(), _Timed()
+
+    def on_fit_start(self, trainer: FederatedTrainer) -> None:
+        sim = trainer.simulator
+        assert sim is not None
+        engine = sim.executor.trainer
+        start = engine.flat.read()
+        delta = torch.randn(start.shape, generator=torch.Generator().manual_seed(0), dtype=start.dtype) * 1e-4
+
+        def free_train(job: ClientJob, start_weights: Tensor, fresh: Any = None) -> ClientUpdate:
+            per_epoch = steps_per_epoch(engine.shards.num_samples(job.client), engine.batch_size)
+            steps = per_epoch * job.local_epochs
+            steps = steps if job.local_steps is None else min(steps, job.local_steps)
+            weights = torch.add(start_weights, delta, alpha=1 + job.seed % 7)
+            return engine.make_update(job, weights, start_weights, steps, float(steps), {"lr": engine.lr})
+
+        def free_result(job_id: int, fresh: Any = None) -> ClientUpdate:
+            # No generators_kept around each job (a per-job cost of the sequential executor that a cohort pays once
+            # per cohort): the free update draws no random numbers.
+            job, start_weights = sim.executor._pending.pop(job_id)
+            return free_train(job, start_weights)
+
+        engine.lr = 0.05
+        sim.executor.result = self.engine.wrap(free_result)
+        sim.server.receive = self.server.wrap(sim.server.receive)
+        sim.server.flush = self.server.wrap(sim.server.flush)
+        trainer.evaluation.run = self.evaluation.wrap(trainer.evaluation.run)
+
+    def split(self, seconds: float) -> dict[str, float]:
+        """The run's ``seconds`` as shares: simulator and scheduler, server, evaluation, free engine."""
+        parts = {"server": self.server.seconds, "evaluation": self.evaluation.seconds, "engine": self.engine.seconds}
+        return {"simulator": 1 - sum(parts.values()) / seconds, **{k: v / seconds for k, v in parts.items()}}
+
+
 def whole_run(
-    config: str, partition: str, engine: str, updates: int, recorder: JobRecorder | None = None
+    config: str,
+    partition: str,
+    engine: str,
+    updates: int,
+    recorder: JobRecorder | None = None,
+    free: FreeEngine | None = None,
 ) -> tuple[float, int, list[int], FederatedTrainer]:
-    """One run: (wall seconds of the run, updates received, cohort sizes, the trainer)."""
+    """One run: (wall seconds of the run, updates received, cohort sizes, the trainer). With ``free``, the ``fast``
+    engine's training is replaced by free updates (:class:`FreeEngine`)."""
     make, per_version = WHOLE_RUNS[config]
     versions = max(1, updates // per_version)
     timer = RunTimer()
+    extra = [c for c in (recorder, free) if c is not None]
     trainer = FederatedTrainer(
         make(),
         num_clients=100,
@@ -112,7 +203,7 @@ def whole_run(
         print_summary=False,
         checkpoint_every_seconds=None,
         default_root_dir=tempfile.mkdtemp(),
-        callbacks=[timer] if recorder is None else [timer, recorder],
+        callbacks=[timer, *extra],
     )
     alpha = {"alpha": 0.5} if partition == "dirichlet" else {}
     data = DigitsDataModule(partition=partition, batch_size=10, **alpha)
@@ -124,9 +215,11 @@ def whole_run(
     return timer.seconds, trainer.summary["updates_received"], sizes, trainer
 
 
-def raw_whole(trainer: FederatedTrainer, jobs: list[tuple[int, int, int]]) -> Callable[[], float]:
-    """The raw loop over the recorded ``jobs`` on the shards and kernel choice of the ``fast`` run ``trainer``;
-    returns a function timing one pass (seconds)."""
+def raw_whole(
+    trainer: FederatedTrainer, jobs: list[tuple[int, int, int]]
+) -> tuple[Callable[[], float], Callable[[int, int, int], Tensor]]:
+    """The raw loop over the recorded ``jobs`` on the shards and kernel choice of the ``fast`` run ``trainer``:
+    a function timing one pass (seconds), and the raw update of one job ``(client, seed, steps)``."""
     assert trainer.simulator is not None
     engine = trainer.simulator.executor.trainer
     shards, onednn = engine.shards, engine.onednn
@@ -168,44 +261,139 @@ def raw_whole(trainer: FederatedTrainer, jobs: list[tuple[int, int, int]]) -> Ca
         finally:
             torch.set_num_threads(threads)
 
-    return timed
+    return timed, update
+
+
+#: The GEMMs of one LeNet-5 step on 8x8 digits for a batch of ``B`` samples (``M``, ``K``, ``N`` per sample-row
+#: factor): the convolutions as im2col products (conv1: 64 output positions x 25 taps -> 6 channels; conv2: 16
+#: positions x 150 -> 16), the three linear layers. Forward ``[M, K] @ [K, N]``; backward the input gradient
+#: ``[M, N] @ [N, K]`` and the weight gradient ``[K, M] @ [M, N]``, the same FLOPs each.
+LENET_GEMMS = [(64, 25, 6), (16, 150, 16), (1, 64, 120), (1, 120, 84), (1, 84, 10)]
+
+
+def _gflops(fn: Callable[[], Any], flops: float, repeats: int = 30) -> float:
+    """GFLOP/s of ``fn`` (``flops`` per call): the best of ``repeats`` calls after a warm-up, one thread."""
+    fn()
+    best = min(_seconds(fn) for _ in range(repeats))
+    return flops / best / 1e9
+
+
+def _seconds(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def gemm_throughput(jobs: int, batch: int = 10) -> float:
+    """GFLOP/s of the batched step's GEMMs (:data:`LENET_GEMMS`, forward and both backward products) as ``bmm``
+    over ``jobs`` stacked jobs of ``batch`` samples each: the best any batched kernel reaches at the cohort's
+    shapes on this CPU (no im2col, pooling, activations or optimizer: a floor, not a plan)."""
+    calls, flops = [], 0.0
+    for m, k, n in LENET_GEMMS:
+        m *= batch
+        for a, b in (((m, k), (k, n)), ((m, n), (n, k)), ((k, m), (m, n))):
+            x, y = torch.randn(jobs, *a), torch.randn(jobs, *b)
+            calls.append((x, y))
+            flops += 2.0 * jobs * a[0] * a[1] * b[1]
+    return _gflops(lambda: [torch.bmm(x, y) for x, y in calls], flops)
+
+
+def flops_per_update(update: Callable[[int, int, int], Tensor], jobs: list[tuple[int, int, int]]) -> float:
+    """FLOPs of the matmuls and convolutions (forward and backward) of one update: ``torch.utils.flop_counter``
+    over the raw loop's ``update`` of ``jobs`` (client, seed, steps), per job."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        for job in jobs:
+            update(*job)
+    return counter.get_total_flops() / len(jobs)
 
 
 def whole_runs(args: argparse.Namespace) -> None:
     print(
         f"whole runs: 100 clients, LeNet-5, batch 10, E=1, 1 thread, ~{args.updates} updates per run, "
-        f"{args.repeats} interleaved repeats (fast, cohort, raw loop); updates per wall second (median)"
+        f"{args.repeats} interleaved repeats (fast, cohort, free engine, raw loop); updates per wall second (median)"
     )
-    header = f"{'run':<12}{'partition':<11}{'fast upd/s':>11}{'cohort upd/s':>13}{'raw upd/s':>10}"
-    print(f"{header}{'cohort/fast':>12}{'cohort/raw':>11}{'range':>11}{'mean cohort':>12}")
-    vs_fast, vs_raw = [], {}
+    header = f"{'run':<12}{'partition':<11}{'fast upd/s':>11}{'cohort upd/s':>13}{'free upd/s':>11}{'raw upd/s':>10}"
+    print(f"{header}{'cohort/fast':>12}{'cohort/raw':>11}{'range':>11}{'floor':>7}{'mean cohort':>12}")
+    vs_fast, vs_raw, floor, ceiling, splits, compute = [], {}, {}, {}, {}, {}
+    rate_at: dict[int, float] = {}  # GEMM GFLOP/s at a number of stacked jobs
     for partition in args.partitions:
         for config in args.configs:
-            rates: dict[str, list[float]] = {"fast": [], "cohort": [], "raw": []}
+            rates: dict[str, list[float]] = {"fast": [], "cohort": [], "free": [], "raw": []}
             sizes: list[int] = []
+            shares: list[dict[str, float]] = []
             recorder = JobRecorder()
             *_, fast_trainer = whole_run(config, partition, "fast", args.updates, recorder)  # warm-up, job record
             whole_run(config, partition, "cohort", 50)  # warm-up (first calls of vmap)
-            raw = raw_whole(fast_trainer, recorder.jobs)
+            raw, update = raw_whole(fast_trainer, recorder.jobs)
             for _ in range(args.repeats):
                 for engine in ("fast", "cohort"):
                     seconds, received, cohorts, _ = whole_run(config, partition, engine, args.updates)
                     rates[engine].append(received / seconds)
                     sizes += cohorts
+                free = FreeEngine()
+                seconds, received, *_ = whole_run(config, partition, "fast", args.updates, free=free)
+                rates["free"].append(received / seconds)
+                shares.append(free.split(seconds) | {"ms": seconds / received * 1e3})
                 rates["raw"].append(len(recorder.jobs) / raw())
-            fast, cohort, rawm = (statistics.median(rates[k]) for k in ("fast", "cohort", "raw"))
+            fast, cohort, freem, rawm = (statistics.median(rates[k]) for k in ("fast", "cohort", "free", "raw"))
             pairs = [c / r for c, r in zip(rates["cohort"], rates["raw"])]
             vs_fast.append(cohort / fast)
             vs_raw[partition, config] = cohort / rawm
+            floor[partition, config] = freem / rawm
+            splits[partition, config] = {k: statistics.median(s[k] for s in shares) for k in shares[0]}
+            # The compute floor: this run's FLOPs per update at the GEMM throughput of its mean cohort size.
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                flops = flops_per_update(update, recorder.jobs[:50])
+                k = max(1, round(np.mean(sizes)))
+                rate_at.setdefault(k, gemm_throughput(k))
+            finally:
+                torch.set_num_threads(threads)
+            floor_ms = flops / rate_at[k] / 1e6
+            compute[partition, config] = (1e3 / rawm, flops / 1e6, k, rate_at[k], floor_ms)
+            ceiling[partition, config] = (1e3 / rawm) / (1e3 / freem + floor_ms)
             print(
-                f"{config:<12}{partition:<11}{fast:>11.0f}{cohort:>13.0f}{rawm:>10.0f}{cohort / fast:>11.2f}x"
-                f"{cohort / rawm:>10.2f}x{f'{min(pairs):.2f}-{max(pairs):.2f}':>11}{np.mean(sizes):>12.1f}"
+                f"{config:<12}{partition:<11}{fast:>11.0f}{cohort:>13.0f}{freem:>11.0f}{rawm:>10.0f}"
+                f"{cohort / fast:>11.2f}x{cohort / rawm:>10.2f}x{f'{min(pairs):.2f}-{max(pairs):.2f}':>11}"
+                f"{freem / rawm:>6.1f}x{np.mean(sizes):>12.1f}"
             )
+    print("simulator floor: the free engine's ms per update and the shares of its run (median over repeats)")
+    print(f"{'run':<12}{'partition':<11}{'ms/update':>10}{'simulator':>10}{'server':>8}{'evaluation':>11}{'engine':>8}")
+    for (partition, config), split in splits.items():
+        print(
+            f"{config:<12}{partition:<11}{split['ms']:>10.3f}{split['simulator']:>10.0%}{split['server']:>8.0%}"
+            f"{split['evaluation']:>11.0%}{split['engine']:>8.0%}"
+        )
+    big = torch.randn(1024, 1024)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    large = _gflops(lambda: big @ big, 2.0 * 1024**3, repeats=10)
+    torch.set_num_threads(threads)
+    print(
+        "compute floor: FLOPs per update (flop_counter over 50 recorded jobs: matmuls and convolutions, forward and "
+        "backward) at the GEMM throughput of the mean cohort's stacked shapes (bmm, 1 thread); ceiling = raw ms / "
+        f"(free ms + compute floor ms); large matmul (1024^3, 1 thread): {large:.1f} GFLOP/s"
+    )
+    print(
+        f"{'run':<12}{'partition':<11}{'raw ms':>8}{'MFLOP':>7}{'jobs':>6}{'GFLOP/s':>9}{'floor ms':>10}{'ceiling':>9}"
+    )
+    for key, (raw_ms, mflop, k, rate, floor_ms) in compute.items():
+        print(
+            f"{key[1]:<12}{key[0]:<11}{raw_ms:>8.3f}{mflop:>7.2f}{k:>6}{rate:>9.1f}{floor_ms:>10.3f}"
+            f"{ceiling[key]:>8.1f}x"
+        )
     print(f"cohort_vs_fast_min={min(vs_fast):.2f} cohort_vs_fast_max={max(vs_fast):.2f}")
-    whole = {}
+    whole, floors, ceilings = {}, {}, {}
     for flight in (50, 10):
-        ratios = [r for (part, config), r in vs_raw.items() if part == "dirichlet" and IN_FLIGHT[config] == flight]
-        whole[flight] = f"{statistics.median(ratios):.2f}" if ratios else "nan"
+        for out, table in ((whole, vs_raw), (floors, floor), (ceilings, ceiling)):
+            ratios = [r for (part, config), r in table.items() if part == "dirichlet" and IN_FLIGHT[config] == flight]
+            out[flight] = f"{statistics.median(ratios):.2f}" if ratios else "nan"
+    print(f"floor_vs_raw_whole_50={floors[50]} floor_vs_raw_whole_10={floors[10]}")
+    print(f"ceiling_vs_raw_whole_50={ceilings[50]} ceiling_vs_raw_whole_10={ceilings[10]}")
     print(f"cohort_vs_raw_whole_50={whole[50]} cohort_vs_raw_whole_10={whole[10]}")
 
 

@@ -9,16 +9,15 @@ cohorts (:class:`~lit_asyncfl.executors.CohortExecutor`, still importable from h
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import lightning as L
 import torch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
 from lit_asyncfl.client_callbacks.base import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
-from lit_asyncfl.data.shards import ClientShards, DatasetShards
 from lit_asyncfl.engines.base import LocalEngine, generators_kept, parse_optimizers
 from lit_asyncfl.engines.cohort_optim import (
     _AdamSettings,
@@ -131,31 +130,22 @@ class CohortEngine(LocalEngine):
     ``None``; plain SGD is exact). The probe runs one batch: a parameter used on it but unused on a later batch
     is not found.
 
+    Takes the arguments of :class:`~lit_asyncfl.engines.LocalEngine` (``module``, ``shards``, ``batch_size``,
+    ``callbacks`` (see :func:`check_cohort_support`), ``device``, ``onednn``: ``torch.backends.mkldnn.enabled``
+    while a cohort trains) and, by keyword:
+
     Args:
-        module: The user's module; a private copy is used.
-        shards: The clients' data.
-        batch_size: Local mini-batch size.
-        callbacks: Client callbacks (see :func:`check_cohort_support`).
-        device: Training device.
-        onednn: ``torch.backends.mkldnn.enabled`` while a cohort trains; ``None``: leave it.
-        compile: Compile the batched step with ``torch.compile`` (``dynamic=True``, so cohorts of other sizes and
-            batch shapes reuse the compiled code). Costs about a minute of compilation on first use (LeNet-5, 2 CPU
-            cores) and makes each step about 25% faster; results equal the eager cohort's within float32 rounding.
-            Needs a C++ compiler on the CPU (Inductor).
+        compile: Compile the batched step with ``torch.compile`` (``dynamic=True``). Costs about a minute of
+            compilation on first use (LeNet-5, 2 CPU cores) and makes each step of cohorts of that size about 25%
+            faster; results equal the eager cohort's within float32 rounding. Needs a C++ compiler on the CPU
+            (Inductor). The number of stacked jobs is specialised all the same: each new cohort size or batch shape
+            recompiles (about 1.4 s) until ``torch._dynamo``'s recompile limit, after which the step runs eagerly,
+            so in whole runs with cohorts of many sizes it does not pay (measured: ``docs/speed.md``).
     """
 
-    def __init__(
-        self,
-        module: L.LightningModule,
-        shards: ClientShards | DatasetShards,
-        batch_size: int,
-        callbacks: Sequence[ClientCallback] = (),
-        device: torch.device | str = "cpu",
-        onednn: bool | None = None,
-        compile: bool = False,
-    ) -> None:
-        super().__init__(module, shards, batch_size, callbacks, device, onednn)
-        self.optimizer_settings = check_cohort_support(self.module, callbacks)
+    def __init__(self, *args: Any, compile: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.optimizer_settings = check_cohort_support(self.module, self.callbacks)
         self.lr = self.optimizer_settings.lr
         #: The optimizer applied to the stacked weights, with its state rows (one per job of the cohort in training).
         self.stacked_optimizer = _BatchedOptimizer(self.optimizer_settings)
@@ -243,12 +233,18 @@ class CohortEngine(LocalEngine):
         jobs, starts, plans = [jobs[j] for j in order], [starts[j] for j in order], [plans[j] for j in order]
         weights = torch.stack([s.to(self.device) for s in starts])
         prox = [cb.mu for cb in self.callbacks if isinstance(cb, ProximalTerm) and cb.mu != 0]
-        anchors = weights.clone() if prox else weights
         self.stacked_optimizer.start(weights)
         lr_values = [self._lr(j) for j in jobs]
-        lrs = torch.tensor(lr_values, dtype=weights.dtype, device=self.device)
-        loss_sums = torch.zeros(len(jobs), dtype=weights.dtype, device=self.device)
-        logs = [JobLog() for _ in jobs]
+        cohort = _Cohort(
+            plans=plans,
+            weights=weights,
+            anchors=weights.clone() if prox else None,
+            prox=prox,
+            lrs=torch.tensor(lr_values, dtype=weights.dtype, device=self.device),
+            loss_sums=torch.zeros(len(jobs), dtype=weights.dtype, device=self.device),
+            logs=[JobLog() for _ in jobs],
+            log_kwargs=self._step_module.log.kwargs,
+        )
         padded = self.no_padding_because is None
         with self.batched.stand_ins():  # self.log collects into the batched step; self.trainer is set per group
             for t in range(len(plans[0])):
@@ -265,103 +261,99 @@ class CohortEngine(LocalEngine):
                     # self.trainer as a Trainer running each of these jobs alone would read it at this step
                     self.module._trainer = stand_in = CohortJobTrainer(local_epochs)
                     stand_in.current_epoch, stand_in.global_step = epoch, t
-                    self._step_group(t, idx, members, jobs, plans, weights, anchors, prox, lrs, loss_sums, logs)
+                    if len(members) < self.min_batched:
+                        for j in members:
+                            self._step_one(t, idx, j, cohort)
+                    else:
+                        self._step_group(t, idx, members, cohort)
         updates: list[ClientUpdate] = [None] * len(jobs)  # type: ignore[list-item]
-        losses = loss_sums.tolist()  # one copy from the device, not one per job
+        losses = cohort.loss_sums.tolist()  # one copy from the device, not one per job
         for j, job in enumerate(jobs):
             info = {"lr": lr_values[j]}
             update = self.make_update(job, weights[j].clone(), starts[j], len(plans[j]), losses[j], info)
-            update.metrics = logs[j].results()[0]
+            update.metrics = cohort.logs[j].results()[0]
             updates[order[j]] = update
         return updates
 
-    def _step_group(
-        self,
-        t: int,
-        idx: int,
-        members: list[int],
-        jobs: Sequence[ClientJob],
-        plans: list[list[tuple[int, int, Any]]],
-        weights: Tensor,
-        anchors: Tensor,
-        prox: list[float],
-        lrs: Tensor,
-        loss_sums: Tensor,
-        logs: list[JobLog],
-    ) -> None:
-        """One SGD step of the jobs ``members`` (their step ``t``, batch ``idx``) on the stacked ``weights``."""
-        if len(members) < self.min_batched:
-            for j in members:
-                self._step_one(t, idx, j, plans, weights, anchors, prox, lrs, loss_sums, logs)
-            return
+    def _step_group(self, t: int, idx: int, members: list[int], cohort: _Cohort) -> None:
+        """One SGD step of the jobs ``members`` (their step ``t``, batch ``idx``) on the cohort's stacked weights."""
         # The common case, the first rows (the jobs still training, all in one group when batches are padded), works
         # on views of the stacked tensors, updated in place without copies.
         k = len(members)
         prefix = members[-1] == k - 1
-        batch, sample_weights = self.batched.stack_batches([plans[j][t][2] for j in members])
+        optimizer, weights, anchors = self.stacked_optimizer, cohort.weights, cohort.anchors
+        batch, sample_weights = self.batched.stack_batches([cohort.plans[j][t][2] for j in members])
         if prefix:
-            w, anchor, lr, loss_rows = weights[:k], anchors[:k] if prox else None, lrs[:k, None], loss_sums[:k]
+            w, lr = weights[:k], cohort.lrs[:k, None]
+            anchor = None if anchors is None else anchors[:k]
         else:
             rows = torch.tensor(members, device=self.device)
-            w, lr = weights.index_select(0, rows), lrs.index_select(0, rows)[:, None]
-            anchor = anchors.index_select(0, rows) if prox else None
+            w, lr = weights.index_select(0, rows), cohort.lrs.index_select(0, rows)[:, None]
+            anchor = None if anchors is None else anchors.index_select(0, rows)
         with torch.enable_grad():
             if sample_weights is None:
                 grads, (loss, logged) = self._step(self.batched.params(w), batch, idx)
             else:
                 grads, (loss, logged) = self._padded_step(self.batched.params(w), batch, sample_weights, idx)
         g = torch.cat([grads[name].reshape(k, -1) for name in self.batched.names], dim=1)
-        self.stacked_optimizer.penalize(g, w, anchor, prox)
-        self.stacked_optimizer.decay(w, lr)
+        optimizer.penalize(g, w, anchor, cohort.prox)
+        optimizer.decay(w, lr)
         if prefix:
-            g, lr = self.stacked_optimizer.direction(t, g, lr, [s[:k] for s in self.stacked_optimizer.state])
-        else:
-            state = [s.index_select(0, rows) for s in self.stacked_optimizer.state]
-            g, lr = self.stacked_optimizer.direction(t, g, lr, state)
-            for s, rows_state in zip(self.stacked_optimizer.state, state):
-                s.index_copy_(0, rows, rows_state)
-        if prefix:
+            g, lr = optimizer.direction(t, g, lr, [s[:k] for s in optimizer.state])
             w.addcmul_(lr, g, value=-1)
-            loss_rows.add_(loss.detach())
+            cohort.loss_sums[:k].add_(loss.detach())
         else:
+            state = [s.index_select(0, rows) for s in optimizer.state]
+            g, lr = optimizer.direction(t, g, lr, state)
+            for s, rows_state in zip(optimizer.state, state):
+                s.index_copy_(0, rows, rows_state)
             weights.index_copy_(0, rows, torch.addcmul(w, lr, g, value=-1))
-            loss_sums.index_add_(0, rows, loss.detach())
+            cohort.loss_sums.index_add_(0, rows, loss.detach())
         rows_logged = {name: value.detach().tolist() for name, value in logged.items()}  # one copy, not one per job
-        for row, j in enumerate(members):  # each job's JobLog reduces its own values, as under engine='fast'
-            logs[j].batch = plans[j][t][2]
-            for name, values in rows_logged.items():
-                logs[j].log(name, values[row], **self._step_module.log.kwargs[name])
+        for row, j in enumerate(members):
+            cohort.log(j, t, {name: values[row] for name, values in rows_logged.items()})
 
-    def _step_one(
-        self,
-        t: int,
-        idx: int,
-        j: int,
-        plans: list[list[tuple[int, int, Any]]],
-        weights: Tensor,
-        anchors: Tensor,
-        prox: list[float],
-        lrs: Tensor,
-        loss_sums: Tensor,
-        logs: list[JobLog],
-    ) -> None:
-        """The step of :meth:`_step_group` for the one job ``j``, on the module itself with plain autograd."""
-        batch = plans[j][t][2]
-        w = weights[j]  # a view: updated in place
+    def _step_one(self, t: int, idx: int, j: int, cohort: _Cohort) -> None:
+        """The step of :meth:`_step_group` for the one job ``j``, on the module itself with plain autograd (where
+        ``vmap``'s fixed cost per call would outweigh the batching, see :data:`MIN_BATCHED`)."""
+        optimizer, w = self.stacked_optimizer, cohort.weights[j]  # a view: updated in place
         self.flat.load(w)  # the module's parameters are views of self.flat (no floating buffers under this engine)
         with torch.enable_grad():
-            loss, logged = self._step_module(batch, idx)
+            loss, logged = self._step_module(cohort.plans[j][t][2], idx)
             grads = torch.autograd.grad(loss, self.flat.params, allow_unused=True, materialize_grads=True)
         g = torch.cat([grad.reshape(-1) for grad in grads])
-        self.stacked_optimizer.penalize(g, w, anchors[j] if prox else None, prox)
-        lr = lrs[j : j + 1]
-        self.stacked_optimizer.decay(w, lr)
-        g, lr = self.stacked_optimizer.direction(t, g, lr, [s[j] for s in self.stacked_optimizer.state])
+        optimizer.penalize(g, w, None if cohort.anchors is None else cohort.anchors[j], cohort.prox)
+        lr = cohort.lrs[j : j + 1]
+        optimizer.decay(w, lr)
+        g, lr = optimizer.direction(t, g, lr, [s[j] for s in optimizer.state])
         w.addcmul_(lr, g, value=-1)
-        loss_sums[j] += loss.detach()
-        logs[j].batch = batch
+        cohort.loss_sums[j] += loss.detach()
+        cohort.log(j, t, logged)
+
+
+@dataclass
+class _Cohort:
+    """What the jobs of one :meth:`CohortEngine.train_many` share while they train, in rows ordered by decreasing
+    number of steps: each job's batches (``plans``: ``(epoch, batch_idx, batch)`` per step), the stacked weights,
+    the proximal anchors (their start weights, ``None`` without FedProx) and coefficients ``prox``, the learning
+    rates, the running loss sums and each job's :class:`~lit_asyncfl.loops.JobLog` (``log_kwargs``: the options each
+    logged name was logged with)."""
+
+    plans: list[list[tuple[int, int, Any]]]
+    weights: Tensor
+    anchors: Tensor | None
+    prox: list[float]
+    lrs: Tensor
+    loss_sums: Tensor
+    logs: list[JobLog]
+    log_kwargs: dict[str, dict[str, Any]]
+
+    def log(self, j: int, t: int, logged: dict[str, Any]) -> None:
+        """Hand what job ``j`` logged at its step ``t`` to its own ``JobLog``, which reduces it as under
+        ``engine='fast'``."""
+        self.logs[j].batch = self.plans[j][t][2]
         for name, value in logged.items():
-            logs[j].log(name, value, **self._step_module.log.kwargs[name])
+            self.logs[j].log(name, value, **self.log_kwargs[name])
 
 
 #: The former name of :class:`CohortEngine` (an alias, kept so that existing imports work).
