@@ -15,6 +15,23 @@ from lit_asyncfl.functional.aggregation import weighted_average
 from lit_asyncfl.server.aggregators import Aggregator
 from lit_asyncfl.server.base import ServerCallback
 
+
+def all_finite(tensor: Tensor) -> bool:
+    """Whether every element of ``tensor`` is finite: ``torch.isfinite(tensor).all()``, in one cheap reduction.
+
+    The sum of finite values is finite unless it overflows, and any infinite or NaN element makes it infinite or NaN;
+    so the element-wise check (about 9x the sum's cost on a 60k-element model, twice per update) runs only when the
+    sum is not finite, and the answer is always the element-wise one.
+
+    Example:
+        >>> all_finite(torch.tensor([1.0, 2.0])), all_finite(torch.tensor([1.0, float("nan")]))
+        (True, False)
+        >>> all_finite(torch.tensor([3e38, 3e38]))  # the sum overflows, every element is finite
+        True
+    """
+    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
+
+
 #: The server callbacks' hooks called for every update or version.
 _UPDATE_HOOKS = ("processing_time", "reject_update", "transform_update", "weight_update", "transform_aggregate",
                  "on_aggregated")  # fmt: skip
@@ -152,7 +169,7 @@ class Server:
         w = update.weights
         if w.shape != self.weights.shape or w.dtype != self.weights.dtype:
             return "shape"
-        if not bool(torch.isfinite(w).all()):
+        if not all_finite(w):
             return "non_finite"
         return None
 
@@ -207,7 +224,7 @@ class Server:
         if has_buffers and not self.aggregator.averages_models:
             new_weights = torch.cat([new_weights[:n], self._buffer_average(buffered, n)])
         self.aggregator.buffer = []
-        if not bool(torch.isfinite(new_weights).all()):
+        if not all_finite(new_weights):
             # A transform or weight produced a non-finite model: keep the current one, count the updates.
             self.stats.rejected += len(updates)
             self.stats.reasons["non_finite_aggregate"] = self.stats.reasons.get("non_finite_aggregate", 0) + len(

@@ -6,7 +6,7 @@ import builders
 import pytest
 import torch
 
-from lit_asyncfl.core.server import Server
+from lit_asyncfl.core.server import Server, all_finite
 from lit_asyncfl.server import DataSizeWeight, DeltaAverage, Mixing, ModelAverage, StalenessBound, StalenessWeight
 from lit_asyncfl.server.base import ServerCallback
 
@@ -103,3 +103,24 @@ def test_aggregator_state_round_trips_through_state_dict():
     other.load_state_dict(state)
     assert len(other.aggregator.buffer) == 1
     assert torch.equal(other.aggregator.buffer[0][0].delta, torch.tensor([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_all_finite_is_the_element_wise_check(dtype):
+    """``all_finite`` answers as ``torch.isfinite(t).all()``: sums that overflow, infinities of both signs (whose
+    sum is NaN), NaNs, empty tensors."""
+    big = torch.finfo(dtype).max
+    cases = [
+        torch.tensor([1.0, 2.0]),
+        torch.tensor([big, big, big]),  # sum overflows; all finite
+        torch.tensor([-big, -big]),
+        torch.tensor([1.0, float("inf")]),
+        torch.tensor([float("inf"), float("-inf")]),
+        torch.tensor([float("nan"), 0.0]),
+        torch.tensor([big, float("nan")]),
+        torch.zeros(0),
+        torch.randn(10_000),
+    ]
+    for t in cases:
+        t = t.to(dtype)
+        assert all_finite(t) == bool(torch.isfinite(t).all()), t
