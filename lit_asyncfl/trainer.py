@@ -110,7 +110,9 @@ class FederatedTrainer:
             the CPU for small convolutions (where the plain kernels are faster), else unchanged. Switching it
             changes float results in the last bits (about 1e-8 in LeNet-5 weights), never their determinism.
         compile_cohort: ``torch.compile`` the ``cohort`` engine's batched step (about a minute of compilation first,
-            then ~25% faster steps; needs a C++ compiler); an error with the other engines.
+            then ~25% faster steps for cohorts of one size; each new cohort size recompiles, so whole runs with
+            cohorts of many sizes do not gain: ``docs/speed.md``; needs a C++ compiler); an error with the other
+            engines.
         availability: When each simulated device is online (:mod:`lit_asyncfl.availability`; default
             :class:`~lit_asyncfl.availability.AlwaysAvailable`, every device all the time). Schedulers dispatch only
             online devices; a job whose device goes offline or crashes before its update arrives is dropped (summary
