@@ -124,6 +124,17 @@ class ClientCallback:
             values.pop(job.client, None)
             values.update(entry)
 
+    def merge_result(self, job: ClientJob) -> Any:
+        """On a worker, right after the job's ``on_fresh_model`` (or at its request when the server had nothing
+        newer): what the merge taught the state shared across jobs, for :meth:`commit_merge_result` at the job's
+        request event (the rest of the job trains meanwhile; default: nothing)."""
+        return None
+
+    def commit_merge_result(self, job: ClientJob, result: Any) -> None:
+        """In the simulation's process, at the job's request event: apply :meth:`merge_result`'s value, as
+        ``on_fresh_model`` would have here. It stays even when the rest of the job raises (the job then fails at
+        its arrival event)."""
+
     def personal_weights(self, client: int) -> Tensor | None:
         """The flat weights of ``client``'s own (personal) model, when the callback keeps one (Ditto's
         :math:`v_k`, :class:`~lit_asyncfl.client_callbacks.PersonalModel`); ``None`` otherwise, or for a client

@@ -13,6 +13,7 @@ import heapq
 import itertools
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ from lit_asyncfl.executors.ray.worker import (
     carried,
     detached,
 )
+from lit_asyncfl.executors.sequential import train_requested
 
 log = logging.getLogger("lit_asyncfl")
 
@@ -167,8 +169,9 @@ class RayExecutor(_Placement):
         #: in this process), ``jobs_trained_locally`` (shipped jobs this process trained, ``train_locally``),
         #: ``jobs_recomputed``, ``worker_restarts``, ``max_results_waiting``, ``worker_seconds`` (the workers' time
         #: spent training, summed; divided by wall time and workers it is their utilisation) and ``local_seconds``
-        #: (this process's, ``train_locally``) and ``wait_seconds`` (this process's time waiting for a worker's
-        #: result), reported in the run summary.
+        #: (this process's, ``train_locally``), ``wait_seconds`` (this process's time waiting for a worker's
+        #: result) and ``request_seconds`` (its time at request events, until the merge's learning is back: waiting
+        #: or training), reported in the run summary.
         self.stats: dict[str, float] = {}
         self._ray: Any = None
         self._workers: list[Any] = []
@@ -271,6 +274,8 @@ class RayExecutor(_Placement):
         self._order = itertools.count()
         self._trained_here: set[int] = set()  # jobs this process trained (train_locally), until consumed
         self._parked: dict[int, tuple[int, Any]] = {}  # job id -> (worker index or -1: here, actor): first part done
+        self._merged: dict[int, list[Any]] = {}  # job id -> what its merge taught, until its request event takes it
+        self._after: dict[int, ClientUpdate | Exception] = {}  # jobs trained here at their request, or failed after
         self._stay: set[int] = set()  # jobs computed here, at their events
         self._here = None
         if self.train_locally:  # shipped jobs trained here: with copies of the callbacks, from the module as it is now
@@ -284,7 +289,8 @@ class RayExecutor(_Placement):
             ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
              "max_results_waiting"), 0,
         )  # fmt: skip
-        self.stats["worker_seconds"] = self.stats["local_seconds"] = self.stats["wait_seconds"] = 0.0
+        for key in ("worker_seconds", "local_seconds", "wait_seconds", "request_seconds"):
+            self.stats[key] = 0.0
         return self
 
     def _default_workers(self, ray: Any) -> int:
@@ -319,7 +325,7 @@ class RayExecutor(_Placement):
         self._shipped, self._done, self._queue, self._versions, self._trained_here = {}, {}, [], {}, set()
         self._waiting, self._running = [], {}
         self._pending, self._trainer_ref = {}, None  # nothing of the run stays alive
-        self._parked, self._stay, self._here = {}, set(), None
+        self._parked, self._stay, self._here, self._merged, self._after = {}, set(), None, {}, {}
         if self._workers and self.reuse_workers:
             for worker in self._workers:
                 worker.unload.remote()
@@ -357,6 +363,8 @@ class RayExecutor(_Placement):
         self._done.pop(job_id, None)
         self._trained_here.discard(job_id)
         self._stay.discard(job_id)
+        self._merged.pop(job_id, None)
+        self._after.pop(job_id, None)
         worker, actor = self._parked.pop(job_id, (None, None))
         if worker is not None and worker < 0:
             self._here.discard(job_id)
@@ -367,9 +375,44 @@ class RayExecutor(_Placement):
             heapq.heapify(self._queue)
         self._fill()
 
-    def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
-        """The job's update: from its worker, or computed here for jobs that stay in this process."""
+    def submit_failed(self, job: ClientJob, start_weights: Tensor, error: Exception) -> None:
+        """Register a job that already raised after its request (a resumed run): it raises ``error`` at its
+        arrival."""
+        self._pending[job.job_id] = (job, start_weights)
+        self._after[job.job_id] = error
+
+    def request(self, job_id: int, fresh: tuple[Tensor, int] | None) -> None:
+        """A job's request event (``fresh``: the server's answer): what its merge taught is learned now, as soon as
+        the merge is done; the rest of the job trains on, on its worker, and is collected by :meth:`result` at the
+        job's arrival (an error raised there is raised then). Raises what the job raised up to its merge."""
         job, start = self._pending[job_id]
+        if job_id in self._stay:  # trained here, whole, now (as the sequential executor does)
+            self._after[job_id] = train_requested(self._local_trainer(), job, start, fresh)
+            return
+        if job_id not in self._shipped:
+            self._ship([job_id], place=not self.train_locally)  # needed now: shipped even when the window is full
+        began = time.perf_counter()
+        value = self._merge(job_id, fresh)
+        self.stats["request_seconds"] += time.perf_counter() - began
+        if isinstance(value, _Failed):  # the job stays pending, as sequentially (asked again, it is shipped again)
+            self._fill()
+            raise value.error
+        for cb, result in zip(self._carried, value):  # what the merge taught, learned now, as sequentially
+            cb.commit_merge_result(job, result)
+        self._fill()
+
+    def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
+        """The job's update: from its worker, or computed here for jobs that stay in this process (a job with a
+        request: the rest after its merge, see :meth:`request`)."""
+        job, start = self._pending[job_id]
+        if job_id in self._after:  # trained here at its request, or failed after it
+            outcome = self._after[job_id]
+            if isinstance(outcome, Exception):
+                raise outcome  # (kept: asked again, it raises again)
+            del self._after[job_id], self._pending[job_id]
+            self._stay.discard(job_id)
+            self.stats["jobs_local"] += 1
+            return outcome
         if job_id in self._stay:
             trainer = self._local_trainer()
             with generators_kept(trainer.device):
@@ -379,9 +422,13 @@ class RayExecutor(_Placement):
             self.stats["jobs_local"] += 1
             return update
         if job_id not in self._shipped:
+            if job.request_step is not None:
+                raise RuntimeError(f"job {job_id}'s update was asked for before its request event")
             self._ship([job_id], place=not self.train_locally)  # needed now: shipped even when the window is full
-        value = self._answer(job_id, fresh) if job.request_step is not None else self._collect(job_id)
+        value = self._collect(job_id)
         if isinstance(value, _Failed):  # the job stays pending, as sequentially (asked again, it is shipped again)
+            if job.request_step is not None:  # (never again: its merge was learned from)
+                self._after[job_id] = value.error
             self._fill()
             raise value.error
         del self._pending[job_id]

@@ -41,8 +41,11 @@ class _Shipped:
     worker: int = -1
     actor: Any = None
     states: list[Any] | None = None  # what the carried callbacks' state a (single) job reads, taken when shipped
-    part: int = 0  # 0: the whole job; 1: up to its request (then parked); 2: the rest, resumed with ``fresh``
-    fresh: tuple[Tensor, int] | None = None  # the server's answer to the job's request (parts 0 and 2)
+    #: 0: the whole job; 1: up to its request (then parked); 3: its merge, with ``fresh`` (the rest of the job
+    #: trains on, on the same worker); 4: the rest after the merge (waits for that worker's training)
+    part: int = 0
+    fresh: tuple[Tensor, int] | None = None  # the server's answer to the job's request (parts 0, 3 and 4)
+    from_start: bool = False  # (part 3) the job's part before its request trains first: it is parked nowhere
 
 
 @dataclass
@@ -84,6 +87,7 @@ class _Placement:
     _parts: bool
     _here: Any
     _parked: dict[int, tuple[int, Any]]
+    _merged: dict[int, list[Any]]
 
     def _remote(self, job: ClientJob) -> bool:
         """Whether a job is computed on a worker (else here, at its event): every callback runs on workers or
@@ -158,6 +162,8 @@ class _Placement:
                 shipped.ref = actor.train_many.remote(jobs, *starts)
             elif shipped.part == 1:
                 shipped.ref = actor.first_part.remote(jobs[0], starts[0], shipped.states)
+            elif shipped.part == 3:  # (a job whose first part is parked nowhere: see _merge)
+                shipped.ref = actor.merge.remote(jobs[0], _wired(shipped.fresh), starts[0], shipped.states)
             else:
                 shipped.ref = actor.train.remote(jobs[0], starts[0], shipped.states, _wired(shipped.fresh))
             shipped.worker, shipped.actor = worker, actor
@@ -177,11 +183,14 @@ class _Placement:
             weakref.finalize(start, self._versions.pop, key, None)
         return self._versions[key]
 
-    def _collect(self, job_id: int, parked: bool = False) -> Any:
-        """Wait for a shipped job's result (``parked``: or for its first part to be parked), receiving every other
-        task that finishes meanwhile (its worker gets the next waiting task at once)."""
+    def _collect(self, job_id: int, parked: bool = False, merged: bool = False) -> Any:
+        """Wait for a shipped job's result (``parked``: or for its first part to be parked; ``merged``: or for what
+        its merge taught, then returned), receiving every other task that finishes meanwhile (its worker gets the
+        next waiting task at once)."""
         ray = self._ray
-        while job_id not in self._done and not (parked and job_id in self._parked):
+        while job_id not in self._done and not (
+            (parked and job_id in self._parked) or (merged and job_id in self._merged)
+        ):
             shipped = self._shipped[job_id]
             if self.train_locally and shipped.ref is None:  # no worker has the job due next: it trains here, now
                 self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
@@ -199,6 +208,8 @@ class _Placement:
             self.stats["wait_seconds"] += time.perf_counter() - began
             for ref in finished:
                 self._receive(self._running.pop(ref))
+        if merged and job_id in self._merged:
+            return self._merged.pop(job_id)
         if job_id not in self._done:
             return None
         del self._shipped[job_id]
@@ -226,8 +237,11 @@ class _Placement:
                     runner.first_part(jobs[0], starts[0], shipped.states)
                     self._parked[shipped.batch[0]] = (-1, None)
                     return
-                elif shipped.part == 2:
-                    done = [runner.next_part(jobs[0], shipped.fresh)]
+                elif shipped.part == 3:  # the merge, then the rest at once (this process trains one job at a time)
+                    if shipped.from_start:
+                        runner.first_part(jobs[0], starts[0], shipped.states)
+                    self._merged[shipped.batch[0]] = runner.merge(jobs[0], shipped.fresh)
+                    done = [runner.rest(jobs[0])]
                 else:
                     done = [runner.train(jobs[0], starts[0], shipped.states, shipped.fresh)]
         except Exception as error:
@@ -252,7 +266,7 @@ class _Placement:
         try:
             value, seconds = ray.get(shipped.ref)
         except ray.exceptions.RayTaskError as error:  # the job itself raised: raised when it is consumed
-            if shipped.part == 1 and not live:  # (its engine went back to the worker's spares)
+            if shipped.part in (1, 3) and not live:  # (its engine went back to the worker's spares)
                 return
             cause = error.cause if isinstance(getattr(error, "cause", None), Exception) else error
             self._done.update((k, _Failed(cause)) for k in live)
@@ -268,8 +282,9 @@ class _Placement:
                 return
             self.stats["jobs_recomputed"] += len(live)
             again = _Shipped(shipped.batch, shipped.key, shipped.failures + 1, jobs, starts)  # same task, same results
-            again.states, again.part, again.fresh = shipped.states, min(shipped.part, 1), shipped.fresh
-            if shipped.part == 2:  # the part before the request went with the worker: the whole job, with the answer
+            again.states, again.part, again.fresh = shipped.states, shipped.part, shipped.fresh
+            again.from_start = shipped.part == 3  # the part before the request went with the worker
+            if shipped.part == 4:  # the whole job, with the answer (its merge was learned from already)
                 again.part = 0
             for k in live:
                 self._shipped[k] = again
@@ -282,6 +297,19 @@ class _Placement:
             else:
                 shipped.actor.discard.remote(shipped.batch[0])
             return
+        if shipped.part == 3:  # the merge went back; the rest trains on, on the same worker
+            if not live:
+                shipped.actor.discard.remote(shipped.batch[0])
+                return
+            self._merged[live[0]] = value
+            assert jobs is not None and starts is not None
+            rest = _Shipped(live, shipped.key, 0, jobs, starts, states=shipped.states, part=4, fresh=shipped.fresh)
+            rest.ref = shipped.actor.rest.remote(jobs[0])
+            rest.worker, rest.actor = shipped.worker, shipped.actor
+            self._shipped[live[0]] = rest
+            self._running[rest.ref] = rest
+            self._busy[shipped.worker] += 1
+            return
         for k, (update, weights, results) in zip(shipped.batch, value if isinstance(value, list) else [value]):
             if self._shipped.get(k) is shipped:  # (a cohort's other jobs wait here, ready)
                 update.weights = weights.tensor()
@@ -290,37 +318,38 @@ class _Placement:
     def _replace_worker(self, index: int, actor: Any) -> None:  # (RayExecutor's: it starts workers)
         raise NotImplementedError
 
-    def _answer(self, job_id: int, fresh: tuple[Tensor, int] | None) -> Any:
-        """The result of a job with a request, at its request event: its part before the request is parked on a
-        worker (or here), or running (waited for), or not on a worker yet (then the whole job is shipped, with the
-        answer); the rest is trained where the job is parked."""
+    def _merge(self, job_id: int, fresh: tuple[Tensor, int] | None) -> Any:
+        """What the merge of a job with a request taught, at its request event (or its :class:`_Failed`): its part
+        before the request is parked on a worker (or here), or running (waited for), or not on a worker yet (then
+        it goes first, to the next free trainer, with the answer); the merge is computed where the job is parked,
+        and the rest of the job trains on there (a task of part 4, collected at the job's arrival)."""
         shipped = self._shipped[job_id]
         if fresh is not None:  # (the server's weights change in place after this event; a recomputation needs them)
             fresh = (fresh[0].clone(), fresh[1])
         if shipped.ref is None and job_id not in self._parked and shipped.part == 1:  # not placed yet
             self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
             heapq.heapify(self._waiting)
-            shipped.part, shipped.fresh = 0, fresh
+            shipped.part, shipped.fresh, shipped.from_start = 3, fresh, True
             heapq.heappush(self._waiting, (-math.inf, next(self._order), shipped))  # needed now: first
-            return self._collect(job_id)
+            return self._collect(job_id, merged=True)
         failed = self._collect(job_id, parked=True)
         if failed is not None:  # the part before the request raised
             return failed
         worker, actor = self._parked.pop(job_id)
         job, start = self._pending[job_id]
-        rest = _Shipped([job_id], -math.inf, 0, [job], [start], states=shipped.states, part=2, fresh=fresh)
-        self._shipped[job_id] = rest
+        task = _Shipped([job_id], -math.inf, 0, [job], [start], states=shipped.states, part=3, fresh=fresh)
+        self._shipped[job_id] = task
         if worker < 0:  # parked here
-            self._train_here(rest)
-        elif self._workers[worker] is not actor:  # its worker died meanwhile: the whole job again
-            rest.part = 0
-            heapq.heappush(self._waiting, (rest.key, next(self._order), rest))
+            self._train_here(task)
+        elif self._workers[worker] is not actor:  # its worker died meanwhile: from the start again
+            task.from_start = True
+            heapq.heappush(self._waiting, (task.key, next(self._order), task))
         else:
-            rest.ref = actor.next_part.remote(job, _wired(fresh))
-            rest.worker, rest.actor = worker, actor
-            self._running[rest.ref] = rest
+            task.ref = actor.merge.remote(job, _wired(fresh))
+            task.worker, task.actor = worker, actor
+            self._running[task.ref] = task
             self._busy[worker] += 1
-        return self._collect(job_id)
+        return self._collect(job_id, merged=True)
 
 
 def _due(job: ClientJob) -> float:
