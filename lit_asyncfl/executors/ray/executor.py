@@ -275,16 +275,22 @@ class RayExecutor(_Placement):
         self._trained_here: set[int] = set()  # jobs this process trained (train_locally), until consumed
         self._parked: dict[int, tuple[int, Any]] = {}  # job id -> (worker index or -1: here, actor): first part done
         self._merged: dict[int, list[Any]] = {}  # job id -> what its merge taught, until its request event takes it
+        self._points: dict[int, Any] = {}  # job id -> its state at its request (parked), until its request event
+        self._learned: dict[int, list[Any]] = {}  # job id -> what its merge taught here, to check the worker's
         self._after: dict[int, ClientUpdate | Exception] = {}  # jobs trained here at their request, or failed after
         self._stay: set[int] = set()  # jobs computed here, at their events
-        self._here = None
-        if self.train_locally:  # shipped jobs trained here: with copies of the callbacks, from the module as it is now
+        self._here = self._merge_runner = None
+        # shipped jobs trained here (train_locally), and the merges of parked jobs computed here (jobs with a
+        # request): with copies of the callbacks, from the module as it is now, with the workers' thread count
+        if self.train_locally or (requests and self._parts and self._ship_all):
             threads = torch.get_num_threads()
             torch.set_num_threads(self._threads)
             try:
-                self._here = _JobRunner(make_trainer(self._device))
+                runner = _JobRunner(make_trainer(self._device))
             finally:
                 torch.set_num_threads(threads)
+            self._here = runner if self.train_locally else None
+            self._merge_runner = runner
         self.stats = dict.fromkeys(
             ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
              "max_results_waiting"), 0,
@@ -326,6 +332,7 @@ class RayExecutor(_Placement):
         self._waiting, self._running = [], {}
         self._pending, self._trainer_ref = {}, None  # nothing of the run stays alive
         self._parked, self._stay, self._here, self._merged, self._after = {}, set(), None, {}, {}
+        self._points, self._learned, self._merge_runner = {}, {}, None
         if self._workers and self.reuse_workers:
             for worker in self._workers:
                 worker.unload.remote()
@@ -365,6 +372,10 @@ class RayExecutor(_Placement):
         self._stay.discard(job_id)
         self._merged.pop(job_id, None)
         self._after.pop(job_id, None)
+        self._points.pop(job_id, None)
+        self._learned.pop(job_id, None)
+        if shipped is not None and shipped.part == 2 and shipped.ref is None:  # its rest was to train here
+            self._here.discard(job_id)
         worker, actor = self._parked.pop(job_id, (None, None))
         if worker is not None and worker < 0:
             self._here.discard(job_id)
@@ -432,6 +443,7 @@ class RayExecutor(_Placement):
             self._fill()
             raise value.error
         del self._pending[job_id]
+        self._learned.pop(job_id, None)
         self._fill()
         here = job_id in self._trained_here
         self._trained_here.discard(job_id)
@@ -443,6 +455,12 @@ class RayExecutor(_Placement):
         update.base_weights = start
         update.weights = update.weights.to(start.device)
         return update
+
+    def _merger(self) -> _JobRunner:
+        """The runner that computes merges here (:meth:`_JobRunner.learn_merge`; this process's own with
+        ``train_locally``), built at the run's start."""
+        assert self._merge_runner is not None
+        return self._merge_runner
 
     def _replace_worker(self, index: int, actor: Any) -> None:
         """Replace a dead worker (once: the other tasks it had find it replaced already)."""

@@ -4,10 +4,12 @@ consumed. Which jobs form a task depends only on the order of submits and result
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +43,11 @@ class _Shipped:
     worker: int = -1
     actor: Any = None
     states: list[Any] | None = None  # what the carried callbacks' state a (single) job reads, taken when shipped
-    #: 0: the whole job; 1: up to its request (then parked); 3: its merge, with ``fresh`` (the rest of the job
-    #: trains on, on the same worker); 4: the rest after the merge (waits for that worker's training)
+    #: 0: the whole job; 1: up to its request (then parked); 2: the rest of a parked job, with ``fresh`` (its merge
+    #: was learned from in this process); 3: its merge, with ``fresh`` (the rest of the job trains on, on the same
+    #: worker); 4: the rest after a merge of part 3 (waits for that worker's training)
     part: int = 0
-    fresh: tuple[Tensor, int] | None = None  # the server's answer to the job's request (parts 0, 3 and 4)
+    fresh: tuple[Tensor, int] | None = None  # the server's answer to the job's request (parts 0, 2, 3 and 4)
     from_start: bool = False  # (part 3) the job's part before its request trains first: it is parked nowhere
 
 
@@ -88,6 +91,8 @@ class _Placement:
     _here: Any
     _parked: dict[int, tuple[int, Any]]
     _merged: dict[int, list[Any]]
+    _points: dict[int, Any]
+    _learned: dict[int, list[Any]]
 
     def _remote(self, job: ClientJob) -> bool:
         """Whether a job is computed on a worker (else here, at its event): every callback runs on workers or
@@ -146,13 +151,19 @@ class _Placement:
             self._place()
 
     def _place(self) -> None:
-        """Put waiting tasks, earliest expected arrival first, on workers with fewer than TASKS_PER_WORKER tasks."""
+        """Put waiting tasks, earliest expected arrival first, on workers with fewer than TASKS_PER_WORKER tasks
+        (the rests of jobs parked here wait for this process)."""
+        here = []
         while self._waiting:
             worker = min(range(len(self._workers)), key=self._busy.__getitem__)
             if self._busy[worker] >= TASKS_PER_WORKER:
-                return
-            shipped = heapq.heappop(self._waiting)[2]
+                break
+            entry = heapq.heappop(self._waiting)
+            shipped = entry[2]
             if not self._live(shipped):  # every job of it was cancelled before it left
+                continue
+            if shipped.part == 2:  # (parked here)
+                here.append(entry)
                 continue
             assert shipped.jobs is not None and shipped.starts is not None
             jobs = shipped.jobs  # (a cohort trains whole, cancelled jobs too: its results stay the same)
@@ -169,6 +180,8 @@ class _Placement:
             shipped.worker, shipped.actor = worker, actor
             self._running[shipped.ref] = shipped
             self._busy[worker] += 1
+        for entry in here:
+            heapq.heappush(self._waiting, entry)
 
     def _live(self, shipped: _Shipped) -> bool:
         """Whether any job of a task is still wanted."""
@@ -215,6 +228,20 @@ class _Placement:
         del self._shipped[job_id]
         return self._done.pop(job_id)
 
+    @contextlib.contextmanager
+    def _like_a_worker(self) -> Iterator[None]:
+        """Compute in this process as a worker would: with the workers' thread count and torch settings (this
+        process's at the run's start), leaving this process's random generators as they were."""
+        threads, settings = torch.get_num_threads(), _torch_settings()
+        torch.set_num_threads(self._threads)
+        _apply_torch_settings(self._settings)
+        try:
+            with generators_kept(self._device):
+                yield
+        finally:
+            torch.set_num_threads(threads)
+            _apply_torch_settings(settings)
+
     def _train_here(self, shipped: _Shipped) -> None:
         """Train a shipped task in this process (``train_locally``), as a worker would: with the workers' thread
         count and torch settings (this process's at the run's start), leaving this process's random generators as
@@ -225,18 +252,20 @@ class _Placement:
         if not live:  # every job of it was cancelled before it trained
             return
         assert jobs is not None and starts is not None
-        threads, settings, began = torch.get_num_threads(), _torch_settings(), time.perf_counter()
-        torch.set_num_threads(self._threads)
-        _apply_torch_settings(self._settings)
-        runner = self._here
+        runner, began = self._here, time.perf_counter()
         try:
-            with generators_kept(self._device):
+            with self._like_a_worker():
                 if self._cohort:
                     done = [(u, []) for u in runner.train_many(jobs, starts)]
                 elif shipped.part == 1:
-                    runner.first_part(jobs[0], starts[0], shipped.states)
+                    point = runner.first_part(jobs[0], starts[0], shipped.states)
                     self._parked[shipped.batch[0]] = (-1, None)
+                    if point is not None:
+                        self._points[shipped.batch[0]] = point
                     return
+                elif shipped.part == 2:
+                    update, results, merged = runner.resume(jobs[0], shipped.fresh)
+                    done = [self._checked(shipped.batch[0], (update, results), merged)]
                 elif shipped.part == 3:  # the merge, then the rest at once (this process trains one job at a time)
                     if shipped.from_start:
                         runner.first_part(jobs[0], starts[0], shipped.states)
@@ -248,8 +277,6 @@ class _Placement:
             self._done.update((k, _Failed(error)) for k in live)
             return
         finally:
-            torch.set_num_threads(threads)
-            _apply_torch_settings(settings)
             self.stats["local_seconds"] += time.perf_counter() - began
         for k, result in zip(shipped.batch, done):
             if k in live:
@@ -284,7 +311,7 @@ class _Placement:
             again = _Shipped(shipped.batch, shipped.key, shipped.failures + 1, jobs, starts)  # same task, same results
             again.states, again.part, again.fresh = shipped.states, shipped.part, shipped.fresh
             again.from_start = shipped.part == 3  # the part before the request went with the worker
-            if shipped.part == 4:  # the whole job, with the answer (its merge was learned from already)
+            if shipped.part in (2, 4):  # the whole job, with the answer (its merge was learned from already)
                 again.part = 0
             for k in live:
                 self._shipped[k] = again
@@ -294,6 +321,9 @@ class _Placement:
         if shipped.part == 1:  # parked on the worker until the simulation reaches its request
             if live:
                 self._parked[live[0]] = (shipped.worker, shipped.actor)
+                if value is not None:  # (its state at the request, for the merge's learning here)
+                    value.weights = value.weights.tensor()
+                    self._points[live[0]] = value
             else:
                 shipped.actor.discard.remote(shipped.batch[0])
             return
@@ -310,19 +340,42 @@ class _Placement:
             self._running[rest.ref] = rest
             self._busy[shipped.worker] += 1
             return
+        if shipped.part == 2:
+            update, weights, results, merged = value
+            if live:
+                update.weights = weights.tensor()
+                self._done[live[0]] = self._checked(live[0], (update, results), merged)
+            return
         for k, (update, weights, results) in zip(shipped.batch, value if isinstance(value, list) else [value]):
             if self._shipped.get(k) is shipped:  # (a cohort's other jobs wait here, ready)
                 update.weights = weights.tensor()
                 self._done[k] = (update, results)
 
+    def _checked(self, job_id: int, result: Any, merged: list[Any]) -> Any:
+        """A parked job's result, unless its merge taught its worker other values than this process learned at its
+        request from the job's :class:`MergePoint` (then a :class:`_Failed` naming the callbacks)."""
+        learned = self._learned.pop(job_id, None)
+        if learned is None or _same(learned, merged):
+            return result
+        names = [type(cb).__name__ for cb, a, b in zip(self._carried, learned, merged) if not _same(a, b)]
+        return _Failed(RuntimeError(
+            f"the merge of job {job_id} taught {', '.join(names)} other values on its worker ({merged}) than in the "
+            f"simulation's process ({learned}): on_fresh_model must read only the module's weights and buffers, "
+            "the batch, the random generators and the step counters; use executor='sequential'"
+        ))  # fmt: skip
+
     def _replace_worker(self, index: int, actor: Any) -> None:  # (RayExecutor's: it starts workers)
         raise NotImplementedError
 
     def _merge(self, job_id: int, fresh: tuple[Tensor, int] | None) -> Any:
-        """What the merge of a job with a request taught, at its request event (or its :class:`_Failed`): its part
-        before the request is parked on a worker (or here), or running (waited for), or not on a worker yet (then
-        it goes first, to the next free trainer, with the answer); the merge is computed where the job is parked,
-        and the rest of the job trains on there (a task of part 4, collected at the job's arrival)."""
+        """What the merge of a job with a request taught, at its request event (or its :class:`_Failed`).
+
+        Its part before the request is parked on a worker (or here), or running (waited for), or not on a worker
+        yet (then it goes first, to the next free trainer, with the answer, and its merge is computed there). A
+        parked job's merge is computed here, from the state the job had at its request (its :class:`MergePoint`),
+        and the rest of the job goes to where it is parked (part 2: it computes the merge again, checked against
+        this one), to be collected at the job's arrival; without a point, the merge is computed where the job is
+        parked and the rest trains on there (parts 3 and 4)."""
         shipped = self._shipped[job_id]
         if fresh is not None:  # (the server's weights change in place after this event; a recomputation needs them)
             fresh = (fresh[0].clone(), fresh[1])
@@ -335,26 +388,58 @@ class _Placement:
         failed = self._collect(job_id, parked=True)
         if failed is not None:  # the part before the request raised
             return failed
-        worker, actor = self._parked.pop(job_id)
         job, start = self._pending[job_id]
-        task = _Shipped([job_id], -math.inf, 0, [job], [start], states=shipped.states, part=3, fresh=fresh)
+        worker, actor = self._parked[job_id]
+        point = self._points.pop(job_id, None)
+        learned = None
+        if point is not None:
+            try:
+                with self._like_a_worker():
+                    learned = self._merger().learn_merge(job, point, shipped.states, fresh)
+            except Exception as error:  # the merge raised: the job fails at its request
+                return _Failed(error)
+        del self._parked[job_id]
+        due = job.dispatch_time + job.timing.total  # (about when its rest is needed: its arrival)
+        part = 3 if learned is None else 2
+        task = _Shipped([job_id], -math.inf if learned is None else due, 0, [job], [start], shipped.states, part=part,
+                        fresh=fresh)  # fmt: skip
         self._shipped[job_id] = task
-        if worker < 0:  # parked here
-            self._train_here(task)
+        if learned is not None:
+            self._learned[job_id] = learned  # (checked against the worker's)
+        if worker < 0:  # parked here: the rest when this process has time (or at the job's arrival)
+            if learned is None:
+                self._train_here(task)
+            else:
+                heapq.heappush(self._waiting, (task.key, next(self._order), task))
         elif self._workers[worker] is not actor:  # its worker died meanwhile: from the start again
-            task.from_start = True
+            task.part, task.from_start = (3, True) if learned is None else (0, False)
             heapq.heappush(self._waiting, (task.key, next(self._order), task))
         else:
-            task.ref = actor.merge.remote(job, _wired(fresh))
+            call = actor.merge if learned is None else actor.resume
+            task.ref = call.remote(job, _wired(fresh))
             task.worker, task.actor = worker, actor
             self._running[task.ref] = task
             self._busy[worker] += 1
-        return self._collect(job_id, merged=True)
+        return self._collect(job_id, merged=True) if learned is None else learned
+
+    def _merger(self) -> Any:  # (RayExecutor's: it builds engines)
+        raise NotImplementedError
 
 
 def _due(job: ClientJob) -> float:
     """When a job's result is needed: at its request (a job with one), else at its arrival."""
     return job.arrival_time if job.request_step is None else job.request_time
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values (tensors element for element, NaN equal to NaN; containers item for item)."""
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return isinstance(a, Tensor) and isinstance(b, Tensor) and torch.equal(a, b)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b or (a != a and b != b)
 
 
 def _wired(fresh: tuple[Tensor, int] | None) -> tuple[_Wire, int] | None:

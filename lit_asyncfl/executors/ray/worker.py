@@ -90,6 +90,25 @@ class _Rest:
         self.seconds = 0.0
 
 
+class MergePoint:
+    """A parked job's state at its request, all its merge reads: the module's flat weights and BatchNorm counts,
+    the mini-batch of its last step, its random state and its step counters (``self.trainer``'s)."""
+
+    def __init__(self, weights: Tensor, tracked: Tensor | None, batch: Any, rng: Any, stand_in: Any) -> None:
+        self.weights, self.tracked, self.batch, self.rng, self.stand_in = weights, tracked, batch, rng, stand_in
+
+    @classmethod
+    def of(cls, engine: Any, parts: Any, rng: Any) -> MergePoint | None:
+        """The point of a job stopped at its request (``parts``: :meth:`FastEngine.train_parts`'s generator;
+        ``None`` if its last batch cannot be read)."""
+        inner = getattr(parts, "gi_yieldfrom", None)  # (FastEngine._run, suspended at the request)
+        frame = getattr(inner, "gi_frame", None)
+        if frame is None or "last_batch" not in frame.f_locals:
+            return None
+        stand_in = copy.copy(engine.module._trainer)
+        return cls(engine.flat.read(), engine.flat.tracked(), frame.f_locals["last_batch"], rng, stand_in)
+
+
 class _JobRunner:
     """Trains jobs with copies of a run's engine: whole, or in parts around their request to the server (the
     part before it ahead of the request's event; the job then waits, parked with an engine of its own, for the
@@ -147,8 +166,10 @@ class _JobRunner:
         self.join()
         return self.trainer.train_many(jobs, starts)
 
-    def first_part(self, job: ClientJob, start: Tensor, states: list[Any] | None) -> None:
-        """Train a job up to its request and park it (its engine, its generator and its random state)."""
+    def first_part(self, job: ClientJob, start: Tensor, states: list[Any] | None) -> MergePoint | None:
+        """Train a job up to its request and park it (its engine, its generator and its random state); returns the
+        job's state at its request (:class:`MergePoint`), from which the simulation's process computes what the
+        merge teaches (``None`` where it cannot be read: the merge is then computed here, :meth:`merge`)."""
         from lit_asyncfl.engines.fast import first_part
         from lit_asyncfl.engines.kernels import OneDNN
 
@@ -163,7 +184,9 @@ class _JobRunner:
         except BaseException:
             self.spare.append(engine)
             raise
-        self.parked[job.job_id] = (engine, parts, generator_state(self.device))
+        rng = generator_state(self.device)
+        self.parked[job.job_id] = (engine, parts, rng)
+        return MergePoint.of(engine, parts, rng)
 
     def merge(self, job: ClientJob, fresh: tuple[Tensor, int] | None) -> list[Any]:
         """Resume a parked job with the server's answer: what its merge taught the carried callbacks
@@ -228,6 +251,46 @@ class _JobRunner:
             rest.seconds = time.perf_counter() - began
             rest.merged.set()
             rest.done.set()
+
+    def resume(self, job: ClientJob, fresh: tuple[Tensor, int] | None) -> tuple[ClientUpdate, list[Any], list[Any]]:
+        """Finish a parked job with the server's answer, here and now: its update, what it taught the carried
+        callbacks, and what its merge taught them (learned already in the simulation's process, from the job's
+        :class:`MergePoint`: handed back to be compared)."""
+        self.join()
+        engine, parts, rng = self.parked.pop(job.job_id)
+        rest = _Rest()
+        self._finish(job, engine, parts, rng, fresh, rest)
+        if rest.error is not None:
+            raise rest.error
+        assert rest.result is not None and rest.merge is not None
+        return (*rest.result, rest.merge)
+
+    def learn_merge(
+        self, job: ClientJob, point: MergePoint, states: list[Any] | None, fresh: tuple[Tensor, int] | None
+    ) -> list[Any]:
+        """What the merge of a job parked elsewhere teaches the carried callbacks, computed on this runner's engine
+        from the job's state at its request (``point``) and the server's answer: the merge alone, as the parked
+        job will compute it (same weights, batch, random state and step counters)."""
+        self.join()
+        engine = self.trainer
+        _load_states(engine, job, states)
+        callbacks = carried(engine.callbacks)
+        if fresh is None:  # nothing newer: no merge
+            return [cb.merge_result(job) for cb in callbacks]
+        from lit_asyncfl.engines.kernels import OneDNN
+
+        engine.flat.load(point.weights, point.tracked)
+        engine.module.train()
+        engine.job_info = {}
+        module = engine.module
+        module._trainer = copy.copy(point.stand_in)
+        try:
+            restore_generators(self.device, point.rng)
+            with OneDNN(engine.onednn):
+                engine.fresh_model(job, fresh, point.batch)
+        finally:
+            module._trainer = None
+        return [cb.merge_result(job) for cb in callbacks]
 
     def rest(self, job: ClientJob) -> tuple[ClientUpdate, list[Any]]:
         """The update of a job whose merge went back (and what the job taught), once its rest is trained; raises
@@ -301,11 +364,21 @@ class _Worker:
         updates = self.runner.train_many(jobs, [s.tensor() for s in starts])
         return [(*_portable(u), []) for u in updates], time.perf_counter() - began
 
-    def first_part(self, job: ClientJob, start: _Wire, states: list[Any] | None = None) -> tuple[None, float]:
+    def first_part(
+        self, job: ClientJob, start: _Wire, states: list[Any] | None = None
+    ) -> tuple[MergePoint | None, float]:
         began = self._begin()
         assert self.runner is not None
-        self.runner.first_part(job, start.tensor(), states)
-        return None, time.perf_counter() - began
+        point = self.runner.first_part(job, start.tensor(), states)
+        if point is not None:
+            point.weights = _Wire.of(point.weights)  # type: ignore[assignment]
+        return point, time.perf_counter() - began
+
+    def resume(self, job: ClientJob, fresh: tuple[_Wire, int] | None) -> tuple[tuple[Any, ...], float]:
+        began = self._begin()
+        assert self.runner is not None
+        update, results, merged = self.runner.resume(job, _wire_fresh(fresh))
+        return (*_portable(update), results, merged), time.perf_counter() - began
 
     def merge(
         self,
