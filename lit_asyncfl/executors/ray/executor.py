@@ -374,8 +374,11 @@ class RayExecutor(_Placement):
         self._after.pop(job_id, None)
         self._points.pop(job_id, None)
         self._learned.pop(job_id, None)
-        if shipped is not None and shipped.part == 2 and shipped.ref is None:  # its rest was to train here
-            self._here.discard(job_id)
+        if shipped is not None and shipped.part == 2 and shipped.ref is None:  # parked, its rest not placed yet
+            if shipped.worker < 0:
+                self._here.discard(job_id)
+            else:
+                shipped.actor.discard.remote(job_id)
         worker, actor = self._parked.pop(job_id, (None, None))
         if worker is not None and worker < 0:
             self._here.discard(job_id)

@@ -151,20 +151,26 @@ class _Placement:
             self._place()
 
     def _place(self) -> None:
-        """Put waiting tasks, earliest expected arrival first, on workers with fewer than TASKS_PER_WORKER tasks
-        (the rests of jobs parked here wait for this process)."""
-        here = []
+        """Put waiting tasks, earliest expected arrival first, on workers with fewer than TASKS_PER_WORKER tasks;
+        the rest of a parked job (part 2) waits for the worker it is parked on (or for this process)."""
+        aside = []
         while self._waiting:
-            worker = min(range(len(self._workers)), key=self._busy.__getitem__)
-            if self._busy[worker] >= TASKS_PER_WORKER:
+            free = [w for w in range(len(self._workers)) if self._busy[w] < TASKS_PER_WORKER]
+            if not free:
                 break
             entry = heapq.heappop(self._waiting)
             shipped = entry[2]
             if not self._live(shipped):  # every job of it was cancelled before it left
                 continue
-            if shipped.part == 2:  # (parked here)
-                here.append(entry)
-                continue
+            worker = min(free, key=self._busy.__getitem__)
+            if shipped.part == 2:  # parked: on its worker, or here (worker -1)
+                if shipped.worker >= 0 and self._workers[shipped.worker] is not shipped.actor:  # it died meanwhile
+                    shipped.part = 0  # the whole job, with the answer (its merge was learned from already)
+                elif shipped.worker not in free:
+                    aside.append(entry)
+                    continue
+                else:
+                    worker = shipped.worker
             assert shipped.jobs is not None and shipped.starts is not None
             jobs = shipped.jobs  # (a cohort trains whole, cancelled jobs too: its results stay the same)
             starts = [self._start_ref(start) for start in shipped.starts]
@@ -175,12 +181,14 @@ class _Placement:
                 shipped.ref = actor.first_part.remote(jobs[0], starts[0], shipped.states)
             elif shipped.part == 3:  # (a job whose first part is parked nowhere: see _merge)
                 shipped.ref = actor.merge.remote(jobs[0], _wired(shipped.fresh), starts[0], shipped.states)
+            elif shipped.part == 2:
+                shipped.ref = actor.resume.remote(jobs[0], _wired(shipped.fresh))
             else:
                 shipped.ref = actor.train.remote(jobs[0], starts[0], shipped.states, _wired(shipped.fresh))
             shipped.worker, shipped.actor = worker, actor
             self._running[shipped.ref] = shipped
             self._busy[worker] += 1
-        for entry in here:
+        for entry in aside:
             heapq.heappush(self._waiting, entry)
 
     def _live(self, shipped: _Shipped) -> bool:
@@ -205,16 +213,20 @@ class _Placement:
             (parked and job_id in self._parked) or (merged and job_id in self._merged)
         ):
             shipped = self._shipped[job_id]
-            if self.train_locally and shipped.ref is None:  # no worker has the job due next: it trains here, now
+            if self.train_locally and shipped.ref is None and _here(shipped):  # no worker has the job due next
                 self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
                 heapq.heapify(self._waiting)
-                self._train_here(shipped)
+                self._train_here(shipped)  # it trains here, now
                 continue
             self._place()
             began = time.perf_counter()
             finished, _ = ray.wait(list(self._running), num_returns=1, timeout=0 if self.train_locally else None)
-            if not finished and self._waiting:  # (train_locally) the workers are busy: the earliest waiting task
-                self._train_here(heapq.heappop(self._waiting)[2])
+            mine = [entry for entry in self._waiting if _here(entry[2])] if not finished else []
+            if mine:  # (train_locally) the workers are busy: the earliest waiting task this process can train
+                entry = min(mine)
+                self._waiting.remove(entry)
+                heapq.heapify(self._waiting)
+                self._train_here(entry[2])
                 continue
             if not finished:
                 finished, _ = ray.wait(list(self._running), num_returns=1)
@@ -406,17 +418,17 @@ class _Placement:
         self._shipped[job_id] = task
         if learned is not None:
             self._learned[job_id] = learned  # (checked against the worker's)
-        if worker < 0:  # parked here: the rest when this process has time (or at the job's arrival)
-            if learned is None:
-                self._train_here(task)
-            else:
-                heapq.heappush(self._waiting, (task.key, next(self._order), task))
+        if learned is not None:  # the rest waits, due at about its arrival, for where the job is parked
+            task.worker, task.actor = worker, actor
+            heapq.heappush(self._waiting, (task.key, next(self._order), task))
+            self._place()
+        elif worker < 0:  # parked here: the merge and the rest, now
+            self._train_here(task)
         elif self._workers[worker] is not actor:  # its worker died meanwhile: from the start again
-            task.part, task.from_start = (3, True) if learned is None else (0, False)
+            task.from_start = True
             heapq.heappush(self._waiting, (task.key, next(self._order), task))
         else:
-            call = actor.merge if learned is None else actor.resume
-            task.ref = call.remote(job, _wired(fresh))
+            task.ref = actor.merge.remote(job, _wired(fresh))
             task.worker, task.actor = worker, actor
             self._running[task.ref] = task
             self._busy[worker] += 1
@@ -424,6 +436,11 @@ class _Placement:
 
     def _merger(self) -> Any:  # (RayExecutor's: it builds engines)
         raise NotImplementedError
+
+
+def _here(shipped: _Shipped) -> bool:
+    """Whether this process can train a task (not the rest of a job parked on a worker)."""
+    return shipped.part != 2 or shipped.worker < 0
 
 
 def _due(job: ClientJob) -> float:
