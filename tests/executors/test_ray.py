@@ -167,6 +167,22 @@ def test_a_killed_worker_is_replaced_and_its_jobs_recomputed_with_the_same_resul
     assert torch.equal(global_weights(on_ray), global_weights(sequential))
 
 
+@pytest.mark.parametrize("at_event", [4, 9])
+def test_a_killed_worker_with_fedasmu_jobs_parked_on_it_is_replaced_with_the_same_result(tmp_path, cluster, at_event):
+    """Jobs parked at their request, their merges learned here and their rests waiting for the worker that died:
+    trained again whole, with the same answer, their merges not learned twice."""
+    def slow(seed=0):
+        torch.manual_seed(seed)
+        return SlowLeNet(lr=0.05)
+
+    sequential = fit(tmp_path / "seq", "fedasmu", model=slow(), num_clients=20, max_versions=4)
+    executor = RayExecutor(num_workers=2)
+    kill = KillAWorker(executor, at_event=at_event)
+    on_ray = fit(tmp_path / "ray", "fedasmu", executor, model=slow(), num_clients=20, max_versions=4, callbacks=[kill])
+    assert kill.killed == 1 and on_ray.summary["executor"]["worker_restarts"] == 1
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+
+
 def test_the_cohort_engine_on_ray_is_deterministic_and_agrees_with_the_sequential_cohort(tmp_path, cluster):
     def cohort_run(name, executor):
         return fit(tmp_path / name, "fedbuff", executor, engine="cohort", num_clients=20, max_versions=6)
