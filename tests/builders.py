@@ -16,8 +16,7 @@ from torch import nn
 
 from lit_asyncfl.algorithms import PRESETS, FedCompass
 from lit_asyncfl.cli import FederatedCLI
-from lit_asyncfl.client import ClientCallback
-from lit_asyncfl.client import LocalTrainer
+from lit_asyncfl.client import ClientCallback, LocalTrainer
 from lit_asyncfl.client.sequential import SequentialExecutor
 from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
 from lit_asyncfl.data.shards import ClientShards

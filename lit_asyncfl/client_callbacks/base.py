@@ -81,7 +81,11 @@ class ClientCallback:
     ) -> None:
         """Called at the requested step when the server had a newer model (version ``fresh_version`` >
         ``job.base_version``); ``batch`` is the mini-batch of the last local step. The module's weights
-        (``trainer.flat.flat``) may be modified in place; training then continues from them."""
+        (``trainer.flat.flat``) may be modified in place; training then continues from them. What the merge
+        teaches state shared across jobs is learned at the job's request event (:meth:`merge_result`,
+        :meth:`commit_merge_result`; FedASMU's :class:`~lit_asyncfl.client_callbacks.FreshModelMerge`): it must
+        depend only on the module's weights and buffers, ``batch``, the random generators and the step counters
+        (the Ray executor computes it from those, and checks it against the worker's)."""
 
     def loss_term(self, trainer: FastEngine, job: ClientJob, batch: Any) -> Tensor | None:
         """Called after ``training_step`` returned the loss of ``batch`` and before ``backward``: a tensor returned

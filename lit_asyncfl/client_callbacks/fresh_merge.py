@@ -53,6 +53,14 @@ class FreshModelMerge(ClientCallback):
     included) nor the random stream. The merge jump :math:`w_a - w_b` is recorded in ``update.info`` so that
     the server can tell local training from merging.
 
+    What the merge teaches (:math:`\gamma_i, \upsilon_i` and the slot policy's reward) is learned at the merge, i.e.
+    at the job's request event, under every executor (on a Ray worker it is handed back by :meth:`merge_result` and
+    learned by :meth:`commit_merge_result`; the simulation's process computes it from the job's state at its request
+    while the worker trains the rest): later dispatches read it. A job that raises after its merge keeps what the
+    merge taught and fails at its arrival event (dropped there, or the run stops there); one that raises before or
+    in its merge, or whose merge gives non-finite values, teaches nothing. A job to which the server had nothing
+    newer teaches nothing either (its slot plan is forgotten).
+
     Args:
         mu_beta: :math:`\mu_\beta`.
         gamma0: Initial :math:`\gamma_i` of every device.

@@ -138,7 +138,7 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
         self.queue = EventQueue()
         self.busy = np.zeros(self.num_clients, dtype=bool)
         self.in_flight: dict[int, ClientJob] = {}
-        self.ready: dict[int, ClientUpdate] = {}  # updates computed at a request event, waiting for arrival
+        self.ready: dict[int, ClientUpdate] = {}  # updates of jobs past their request, settled for a checkpoint
         self.waiting: dict[int, tuple[ClientJob, ClientUpdate]] = {}  # arrived, waiting for the server
         self.server_busy_until = 0.0
         self.holding = False

@@ -171,6 +171,7 @@ def test_a_killed_worker_is_replaced_and_its_jobs_recomputed_with_the_same_resul
 def test_a_killed_worker_with_fedasmu_jobs_parked_on_it_is_replaced_with_the_same_result(tmp_path, cluster, at_event):
     """Jobs parked at their request, their merges learned here and their rests waiting for the worker that died:
     trained again whole, with the same answer, their merges not learned twice."""
+
     def slow(seed=0):
         torch.manual_seed(seed)
         return SlowLeNet(lr=0.05)

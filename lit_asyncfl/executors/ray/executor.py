@@ -78,11 +78,13 @@ class RayExecutor(_Placement):
     DP): a job carries its client's part of the state to the worker (read when it is shipped; a later job of the
     same client is never shipped before it is consumed) and brings what it learned back, committed when its update
     is consumed, where the sequential executor learns it; the client state store stays here, its single owner. A job
-    that asks the server mid-training (FedASMU's fresh-model request) trains in two parts with the ``fast`` engine:
-    up to its request as soon as it is shipped, parked on its worker with an engine of its own, then the rest, with
-    the server's answer, when the simulation reaches the request event. What stays in the simulation's process
-    (computed at its event, counted in :attr:`stats` as ``jobs_local``, named by a warning at the start): every job
-    of a run with a callback that declares neither ``runs_on_workers`` nor ``carries_state``, and jobs with a
+    that asks the server mid-training (FedASMU's fresh-model request) trains in parts with the ``fast`` engine: up
+    to its request as soon as it is shipped, parked on its worker with an engine of its own; at the request event
+    this process computes the merge from the job's state at its request and learns from it (:meth:`request`); the
+    rest, with the server's answer, trains on the job's worker and is collected at the job's arrival (an error
+    raised after the request fails the job there, as with the sequential executor). What stays in the simulation's
+    process (computed at its event, counted in :attr:`stats` as ``jobs_local``, named by a warning at the start):
+    every job of a run with a callback that declares neither ``runs_on_workers`` nor ``carries_state``, and jobs with a
     request under the ``lightning`` engine (trained whole at the request event).
 
     Determinism: on CPU with the ``fast`` or ``lightning`` engine the final weights equal the sequential executor's
@@ -232,7 +234,7 @@ class RayExecutor(_Placement):
         ]
         self._ship_all = not local
         self._carried = carried(callbacks)  # (the run's own: they commit what the jobs bring back)
-        self._parts = hasattr(self._local, "train_parts")  # jobs with a request go in two parts (the fast engine)
+        self._parts = hasattr(self._local, "train_parts")  # jobs with a request go in parts (the fast engine)
         requests = [type(cb).__name__ for cb in callbacks if type(cb).request_step is not ClientCallback.request_step]
         stay = []
         if local:
