@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from lit_asyncfl.checks import check, check_int
-from lit_asyncfl.core.seeding import derive_seed
+from lit_asyncfl.core.update import derive_seed
 from lit_asyncfl.data.shards import dataset_tensors
 from lit_asyncfl.loops.validation_loop import run_evaluation
 from lit_asyncfl.reporting import callback_metrics
@@ -154,8 +154,8 @@ class GlobalEvaluation:
 
     Example:
         >>> evaluation = GlobalEvaluation(every=5, monitor=None, mode="max", target=0.8)
-        >>> evaluation.is_due(10), evaluation.is_due(12)
-        (True, False)
+        >>> evaluation.next_due, evaluation.due_after(10), evaluation.due_after(12)
+        (0, 15, 15)
     """
 
     def __init__(self, every: int, monitor: str | None, mode: str, target: float) -> None:
@@ -178,6 +178,9 @@ class GlobalEvaluation:
         self.monitor = monitor
         self.mode = mode
         self.history: list[dict[str, Any]] = []
+        #: The next version the schedule evaluates (a run evaluates a new version once it reaches it): set by each
+        #: evaluation, so that the run loop reads it instead of asking at every new version.
+        self.next_due = 0
         #: Name of the monitored metric, once resolved at the first evaluation (``None``: none found).
         self.monitor_name: str | None = monitor
         self._resolved = False
@@ -208,6 +211,7 @@ class GlobalEvaluation:
             ]
         self.rereads = self.batches is not None and any(isinstance(b, DataLoader) for b in self.batches)
         self.history = []
+        self.next_due = 0
         self.monitor_name, self._resolved = self.monitor, False
 
     def restore(self, history: list[dict[str, Any]], monitor_name: str | None) -> None:
@@ -215,10 +219,11 @@ class GlobalEvaluation:
         self.history[:] = history
         if history:
             self.monitor_name, self._resolved = monitor_name, True
+            self.next_due = self.due_after(history[-1]["version"])
 
-    def is_due(self, version: int) -> bool:
-        """Whether the schedule evaluates ``version``."""
-        return version % self.every == 0
+    def due_after(self, version: int) -> int:
+        """The first version after ``version`` that the schedule evaluates (a multiple of ``every``)."""
+        return (version // self.every + 1) * self.every
 
     def has(self, version: int) -> bool:
         """Whether ``version`` is the last evaluated one."""
@@ -226,10 +231,11 @@ class GlobalEvaluation:
 
     def run(self, sim: Any) -> dict[str, Any] | None:
         """Evaluate the current global model of ``sim`` and append its row (``None`` without evaluation data)."""
+        server = sim.server
+        self.next_due = self.due_after(server.version)
         if not self.batches:
             return None
         assert self._model is not None
-        server = sim.server
         self._load(server.weights)
         if self.rereads:  # a dataset read afresh: its random transforms draw from generators seeded by the version
             state = random.getstate(), np.random.get_state()

@@ -9,7 +9,7 @@ import torch
 
 from lit_asyncfl.core.client_state import ClientStateStore
 from lit_asyncfl.engines.base import parse_optimizers
-from lit_asyncfl.loops.job_trainer import JobTrainer
+from lit_asyncfl.loops.stand_in import JobTrainer
 
 _SKIP = object()
 #: Never part of a configuration: data, modules, and the per-client state store (where state lives, in memory or on

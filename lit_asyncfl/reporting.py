@@ -169,6 +169,31 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _pyplot() -> Any:
+    """``matplotlib.pyplot`` on the file-only ``Agg`` backend, imported on first use (plots are optional)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: str | Path) -> None:
+    """Lay out, write (110 dpi) and close a figure."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+
+
+def _target_and_range(ax: Any, target: float | None, values: list[float]) -> None:
+    """A metric's axis: the dashed ``target`` line when there is one, the range [0, 1] when every value is in it."""
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
+    if all(0 <= v <= 1 for v in values):
+        ax.set_ylim(0, 1)
+
+
 def plot_history(
     history: Sequence[dict[str, Any]],
     path: str | Path,
@@ -177,22 +202,14 @@ def plot_history(
     metric: str = "accuracy",
 ) -> None:
     """Save the monitored metric (``accuracy`` in the rows, labelled ``metric``) and the loss against virtual time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     rows = [r for r in history if r.get("accuracy") is not None]
     times = [r["virtual_time"] for r in rows]
     fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
     ax_acc.plot(times, [r["accuracy"] for r in rows], marker=".", label="global model")
-    if target is not None:
-        ax_acc.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
+    _target_and_range(ax_acc, target, [r["accuracy"] for r in rows])
     ax_acc.set_xlabel("virtual time (s)")
     ax_acc.set_ylabel(metric)
-    values = [r["accuracy"] for r in rows]
-    if all(0 <= v <= 1 for v in values):
-        ax_acc.set_ylim(0, 1)
     ax_acc.grid(alpha=0.3)
     ax_acc.legend(loc="lower right")
     ax_loss.plot(times, [r["loss"] for r in rows], marker=".", color="tab:red")
@@ -200,18 +217,12 @@ def plot_history(
     ax_loss.set_ylabel("loss")
     ax_loss.grid(alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_availability(availability: Any, end: float, path: str | Path, title: str, points: int = 500) -> None:
     """Save the number of devices online against virtual time over ``[0, end]`` (sampled at ``points`` times)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     times = np.linspace(0.0, max(end, 1e-9), points)
     counts = availability.online_counts(times)
     fig, ax = plt.subplots(figsize=(7, 3.2))
@@ -221,9 +232,7 @@ def plot_availability(availability: Any, end: float, path: str | Path, title: st
     ax.set_ylim(0, availability.num_clients * 1.05)
     ax.grid(alpha=0.3)
     ax.set_title(f"{title}: {availability!r}"[:110], fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def write_partition_csv(counts: np.ndarray, path: str | Path, slowness: np.ndarray | None = None) -> None:
@@ -251,11 +260,7 @@ def write_partition_csv(counts: np.ndarray, path: str | Path, slowness: np.ndarr
 def plot_partition(counts: np.ndarray, path: str | Path, title: str, max_clients: int = 100) -> None:
     """Save a heat map of samples per client and class (a bar chart of sizes when there is one "class"), for the
     first ``max_clients`` clients; readable with many classes, and one artist however many clients."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     shown = counts[:max_clients]
     fig, ax = plt.subplots(figsize=(10, 3.5))
     if shown.shape[1] > 1:
@@ -268,9 +273,7 @@ def plot_partition(counts: np.ndarray, path: str | Path, title: str, max_clients
         ax.grid(axis="y", alpha=0.3)
     ax.set_xlabel("client" + (f" (first {max_clients} of {len(counts)})" if len(counts) > max_clients else ""))
     ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def mean_std(values: Sequence[float], digits: int = 4) -> str:
@@ -297,11 +300,7 @@ def plot_clients(
     """Save the distribution over clients of the monitored metric against virtual time: the 10-90% and 25-75%
     percentile bands, the median, the mean and the worst 10% of the per-client evaluations, with the global
     evaluation's value (a panel each for the personal models' and the personalized values when there are any)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     prefixes = [p for p in ("client", "personal", "personalized") if any(f"{p}_acc_p50" in r for r in history)]
     if not prefixes:
         return
@@ -320,20 +319,14 @@ def plot_clients(
         glob = [(r["virtual_time"], r["accuracy"]) for r in history if r.get("accuracy") is not None]
         if glob:
             ax.plot(*zip(*glob), color="black", linewidth=1, label="global model (validation set)")
-        if target is not None:
-            ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
-        values = [v for q in col.values() for v in q]
-        if all(0 <= v <= 1 for v in values):
-            ax.set_ylim(0, 1)
+        _target_and_range(ax, target, [v for q in col.values() for v in q])
         ax.set_xlabel("virtual time (s)")
         suffix = {"personal": " (personal models)", "personalized": " (personalized)"}.get(prefix, "")
         ax.set_ylabel(f"{metric} per client{suffix}")
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=7)
     fig.suptitle(f"{title}: {rows[-1]['clients_evaluated']} clients, held-out samples")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def write_clients_csv(

@@ -21,8 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
-from lit_asyncfl.core.seeding import derive_seed
-from lit_asyncfl.core.update import ClientJob, JobTiming
+from lit_asyncfl.core.update import ClientJob, JobTiming, derive_seed
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.engines.fast import FastEngine
 from lit_asyncfl.models import LeNet5

@@ -8,13 +8,28 @@ callback's ``on_event_end`` to the next one, so one whole cycle of the loop). Ev
 (``sys.setprofile``); the files of ``lit_asyncfl`` are listed in the order they are first entered, with the
 number of calls into each, then their count.
 
-    python scripts/update_path.py            # the list and the count
-    python scripts/update_path.py --calls    # also the sequence of file changes (shows back-and-forth)
+**User files** are the files of the classes of the run's ``LightningModule`` (``LeNet5`` and its base class in
+``lit_asyncfl/models/``): a user's own module replaces them, so they are marked ``[user]`` and counted apart from
+the **library files** (every other file of ``lit_asyncfl``).
+
+**Returns** count the back-and-forth between library files: a call into library file ``F`` is a return when code
+of ``F`` is already waiting lower on the call stack for a call it made into another file (``F -> G -> F``: the
+callee, or something it called, calls back into its caller's file), e.g. a scheduler's hook dispatching through
+the simulator that called it. Calls are counted outside the local-training inner loop: a call made while a frame
+of user code is on the stack (``training_step``, what it calls: ``self.log``, ``self.trainer``) is not counted,
+nor is a call into user code.
+
+    python scripts/update_path.py            # the list and the counts
+    python scripts/update_path.py --calls    # also the sequence of file changes and each return
+
+The last two lines are ``files=N file_changes=M`` (every file, the user's included) and
+``library_files=N user_files=M returns=K``.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import tempfile
 from collections import Counter
@@ -25,31 +40,71 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "lit_asyncfl"
 
 
-def trace_one_update(event: int = 4) -> tuple[list[str], Counter[str], list[str]]:
-    """(files in order of first entry, calls per file, the sequence of file changes) over event ``event``."""
+class Trace:
+    """What one profiled window saw: files in order of first entry, calls per file, the sequence of file changes
+    and the returns (each as ``caller -> callee``, see the module docstring)."""
+
+    def __init__(self, user_files: set[str]) -> None:
+        self.user_files = user_files
+        self.order: list[str] = []
+        self.calls: Counter[str] = Counter()
+        self.changes: list[str] = []
+        self.returns: list[str] = []
+        self._stack: list[str | None] = []  # the file of each frame on the call stack (None: not lit_asyncfl)
+
+    def _file(self, frame: Any) -> str | None:
+        path = frame.f_code.co_filename
+        return str(Path(path).relative_to(ROOT)) if path.startswith(str(PACKAGE)) else None
+
+    def start(self, frame: Any) -> None:
+        """Take the call stack below ``frame`` (the profiler starts in the middle of it)."""
+        frames = []
+        while frame is not None:
+            frames.append(self._file(frame))
+            frame = frame.f_back
+        self._stack = frames[::-1]
+
+    def profile(self, frame: Any, what: str, arg: Any) -> None:
+        if what == "return":
+            if self._stack:
+                self._stack.pop()
+            return
+        if what != "call":
+            return
+        name = self._file(frame)
+        self._count_return(name)
+        self._stack.append(name)
+        if name is None:
+            return
+        if name not in self.calls:
+            self.order.append(name)
+        self.calls[name] += 1
+        if not self.changes or self.changes[-1] != name:
+            self.changes.append(name)
+
+    def _count_return(self, name: str | None) -> None:
+        if name is None or name in self.user_files or any(f in self.user_files for f in self._stack):
+            return
+        caller = next((f for f in reversed(self._stack) if f is not None), None)
+        if caller is not None and caller != name and name in self._stack:
+            self.returns.append(f"{_short(caller)} -> {_short(name)}")
+
+
+def _short(name: str) -> str:
+    return str(Path(name).relative_to("lit_asyncfl").with_suffix(""))
+
+
+def trace_one_update(event: int = 4) -> Trace:
+    """Profile event ``event`` of a small FedAsync run (see the module docstring)."""
     from lit_asyncfl import FederatedTrainer
     from lit_asyncfl.algorithms import FedAsync
     from lit_asyncfl.callbacks import Callback
     from lit_asyncfl.data import DigitsDataModule
     from lit_asyncfl.models import LeNet5
 
-    order: list[str] = []
-    calls: Counter[str] = Counter()
-    changes: list[str] = []
-    package = str(PACKAGE)
-
-    def profile(frame: Any, what: str, arg: Any) -> None:
-        if what != "call":
-            return
-        path = frame.f_code.co_filename
-        if not path.startswith(package):
-            return
-        name = str(Path(path).relative_to(ROOT))
-        if name not in calls:
-            order.append(name)
-        calls[name] += 1
-        if not changes or changes[-1] != name:
-            changes.append(name)
+    model = LeNet5(lr=0.05)
+    user = {inspect.getsourcefile(c) for c in type(model).__mro__ if c.__module__.startswith("lit_asyncfl.")}
+    trace = Trace({str(Path(f).resolve().relative_to(ROOT)) for f in user if f is not None})
 
     class Window(Callback):
         """Profiles from the end of event ``event - 1`` to the end of event ``event``."""
@@ -57,7 +112,8 @@ def trace_one_update(event: int = 4) -> tuple[list[str], Counter[str], list[str]
         def on_event_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
             done = trainer.simulator.events_processed
             if done == event - 1:
-                sys.setprofile(profile)
+                trace.start(sys._getframe())
+                sys.setprofile(trace.profile)
             elif done == event:
                 sys.setprofile(None)
 
@@ -73,9 +129,9 @@ def trace_one_update(event: int = 4) -> tuple[list[str], Counter[str], list[str]
         callbacks=[Window()],
         default_root_dir=tempfile.mkdtemp(prefix="update_path_"),
     )
-    trainer.fit(LeNet5(lr=0.05), datamodule=DigitsDataModule())
+    trainer.fit(model, datamodule=DigitsDataModule())
     sys.setprofile(None)
-    return order, calls, changes
+    return trace
 
 
 def compress(seq: list[str], longest: int = 4) -> list[str]:
@@ -103,15 +159,21 @@ def compress(seq: list[str], longest: int = 4) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", action="store_true", help="also print the sequence of file changes")
+    parser.add_argument("--calls", action="store_true", help="also print the sequence of file changes and returns")
     args = parser.parse_args()
-    order, calls, changes = trace_one_update()
-    for name in order:
-        print(f"{name}  ({calls[name]} calls)")
+    trace = trace_one_update()
+    for name in trace.order:
+        mark = "  [user]" if name in trace.user_files else ""
+        print(f"{name}  ({trace.calls[name]} calls){mark}")
     if args.calls:
         print("sequence of file changes (a repeated cycle shown once, with its count):")
-        print(" -> ".join(compress([str(Path(c).relative_to("lit_asyncfl").with_suffix("")) for c in changes])))
-    print(f"files={len(order)} file_changes={len(changes) - 1}")
+        print(" -> ".join(compress([_short(c) for c in trace.changes])))
+        print("returns (a call back into a library file waiting lower on the stack):")
+        for line in compress(trace.returns):
+            print(f"  {line}")
+    user = [name for name in trace.order if name in trace.user_files]
+    print(f"files={len(trace.order)} file_changes={len(trace.changes) - 1}")
+    print(f"library_files={len(trace.order) - len(user)} user_files={len(user)} returns={len(trace.returns)}")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Global evaluation: logged values are batch-size weighted means over the whole evaluation set."""
+"""Global evaluation: logged values are batch-size weighted means over the whole evaluation set; the versions the
+run evaluates."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from lit_asyncfl.algorithms import Algorithm
 from lit_asyncfl.evaluation import evaluate, find_metric
 from lit_asyncfl.models import LogisticRegression
+from lit_asyncfl.schedulers import KeepConcurrency
+from lit_asyncfl.server import Mixing, StalenessWeight
 
 
 def test_logged_metrics_equal_the_full_set_values_with_uneven_batches():
@@ -79,3 +84,23 @@ def test_logged_torchmetrics_objects_are_computed_once_over_the_set_and_reset():
         model.net[-1].weight.zero_()
         model.net[-1].bias.copy_(torch.tensor([0.0, 0.0, 1.0]))  # always predicts class 2
     assert evaluate(model, batches)["val_acc"] == pytest.approx((y == 2).float().mean().item())  # no leak
+
+
+class _AsksForEvaluations(KeepConcurrency):
+    """Asks for an evaluation of every version ``v`` with ``v % 5 == 1`` (off the ``eval_every`` schedule)."""
+
+    def on_update(self, sim, job, aggregated):
+        if sim.server.version % 5 == 1:
+            sim.evaluate()
+        super().on_update(sim, job, aggregated)
+
+
+def test_the_schedule_evaluates_every_multiple_of_eval_every_and_what_the_algorithm_asks_for(tmp_path):
+    """Version 0, each multiple of ``eval_every``, each version the scheduler asks for between them (which does not
+    move the next multiple), and the last one, each once."""
+    scheduler = _AsksForEvaluations(2)
+    algorithm = Algorithm(scheduler=scheduler, aggregator=Mixing(0.5), server_callbacks=[StalenessWeight()])
+    trainer = run(tmp_path, algorithm, num_clients=6, max_versions=17, eval_every=3)
+    versions = [row["version"] for row in trainer.history]
+    expected = sorted({0, 17} | {v for v in range(18) if v % 3 == 0} | {v for v in range(18) if v % 5 == 1})
+    assert versions == expected == [0, 1, 3, 6, 9, 11, 12, 15, 16, 17]

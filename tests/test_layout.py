@@ -63,6 +63,21 @@ OLD_PATHS = {
     "lit_asyncfl.validation_loop": ("lit_asyncfl.loops.validation_loop", "EpochLog JobLog STAGES run_evaluation"),
 }
 
+#: Each module merged into the module of its concept -> the public names it had (recorded from the tree before the
+#: merge) and the module they are in now.
+MERGED_PATHS = {
+    "lit_asyncfl.core.arrivals": ("lit_asyncfl.core.jobs", "ArrivalQueue"),
+    "lit_asyncfl.core.clock": ("lit_asyncfl.core.simulator", "Event EventQueue"),
+    "lit_asyncfl.core.seeding": ("lit_asyncfl.core.update", "derive_seed"),
+    "lit_asyncfl.engines.kernels": (
+        "lit_asyncfl.engines.base",
+        "ONEDNN_AUTO_MAX_BATCH ONEDNN_AUTO_MAX_ELEMENTS OneDNN choose_onednn largest_conv_input",
+    ),
+    "lit_asyncfl.loops.job_trainer": ("lit_asyncfl.loops.stand_in", "AVAILABLE JobTrainer"),
+    "lit_asyncfl.loops.log": ("lit_asyncfl.loops.stand_in", "EpochLog JobLog"),
+    "lit_asyncfl.server.weights": ("lit_asyncfl.server.aggregators", "DataSizeWeight StalenessWeight"),
+}
+
 #: ``lit_asyncfl.client.__all__`` before the split.
 OLD_CLIENT_ALL = (
     "ENGINES ClientCallback CohortExecutor CohortTrainer DynamicRegularizer LearningRateDecay LightningLocalTrainer "
@@ -145,7 +160,7 @@ def test_the_rule_sees_a_class_left_out():
     saved = engines.__all__
     engines.__all__ = [name for name in saved if name != "OneDNN"]
     try:
-        with pytest.raises(AssertionError, match=r"lit_asyncfl\.engines\.kernels\.OneDNN"):
+        with pytest.raises(AssertionError, match=r"lit_asyncfl\.engines\.base\.OneDNN"):
             test_every_public_class_is_exported_by_its_package_and_documented_once()
     finally:
         engines.__all__ = saved
@@ -161,17 +176,53 @@ def test_an_old_module_path_is_the_moved_module(old):
         assert old_module is new_module
 
 
-def test_the_old_paths_import_in_a_fresh_process():
-    """``from <old path> import <name>`` as a user's script writes it, before anything else was imported."""
-    lines = [f"from {old} import {', '.join(names.split())}" for old, (_, names) in OLD_PATHS.items()]
-    lines.append(f"from lit_asyncfl.client import {', '.join(OLD_CLIENT_ALL.split())}")
-    lines += [f"import {old}" for old in OLD_PATHS]
-    lines.append("print(lit_asyncfl.client.fast_engine.LocalTrainer.__module__)")
+@pytest.mark.parametrize("old", sorted(MERGED_PATHS))
+def test_a_merged_module_path_is_the_module_it_was_merged_into(old):
+    new, names = MERGED_PATHS[old]
+    old_module, new_module = importlib.import_module(old), importlib.import_module(new)
+    assert old_module is new_module
+    package, _, leaf = old.rpartition(".")
+    assert getattr(importlib.import_module(package), leaf) is new_module  # ``import a.b.old; a.b.old.X`` works
+    for name in names.split():
+        assert hasattr(new_module, name), f"{old}.{name}"
+
+
+def test_merged_modules_are_the_ones_listed():
+    assert {old: new for old, (new, _) in MERGED_PATHS.items()} == lit_asyncfl.MERGED_MODULES
+
+
+@pytest.mark.parametrize(
+    ("paths", "more", "shown", "module"),
+    [
+        (OLD_PATHS, [f"from lit_asyncfl.client import {', '.join(OLD_CLIENT_ALL.split())}"],
+         "lit_asyncfl.client.fast_engine.LocalTrainer", "lit_asyncfl.engines.fast"),
+        (MERGED_PATHS, [], "lit_asyncfl.server.weights.StalenessWeight", "lit_asyncfl.server.aggregators"),
+    ],
+    ids=["moved", "merged"],
+)  # fmt: skip
+def test_the_old_paths_import_in_a_fresh_process(paths, more, shown, module):
+    """``from <old path> import <name>`` as a user's script writes it, before anything else was imported, and
+    ``import <old path>``."""
+    lines = [f"from {old} import {', '.join(names.split())}" for old, (_, names) in paths.items()]
+    lines += more
+    lines += [f"import {old}" for old in paths]
+    lines.append(f"print({shown}.__module__)")
     done = subprocess.run(
         [sys.executable, "-c", "\n".join(lines)], cwd=ROOT, capture_output=True, text=True, check=False, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "lit_asyncfl.engines.fast"
+    assert done.stdout.strip() == module
+
+
+def test_an_old_path_leaves_the_module_it_names_unchanged():
+    """Importing an old path gives the merged module itself, whose ``__spec__`` still names its own path (the import
+    system sets the old path's spec on the module it is handed; ``importlib.reload`` and tools read it)."""
+    import importlib
+
+    for old, (new, _) in MERGED_PATHS.items():
+        module = importlib.import_module(old)
+        assert module is importlib.import_module(new)
+        assert (module.__name__, module.__spec__.name) == (new, new), old
 
 
 def test_the_old_client_package_exports_what_it_did():

@@ -13,9 +13,8 @@ from conftest import check_determinism_and_exact_resume, global_weights, run
 
 from lit_asyncfl.algorithms import FedAsync, FedAvgM, FedBuff, FedDyn
 from lit_asyncfl.client_callbacks.privacy import LOCAL_NOISE_STREAM, LocalGaussianNoise
-from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.core.server import Server
-from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
+from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming, derive_seed
 from lit_asyncfl.functional.privacy import rdp_epsilon
 from lit_asyncfl.privacy import DeltaClipping, DifferentiallyPrivate, GaussianAggregateNoise
 from lit_asyncfl.server import DeltaAverage, Mixing, SlidingWindowAverage, UpdateNormBound

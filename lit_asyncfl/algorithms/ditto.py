@@ -4,7 +4,7 @@ model."""
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
-from lit_asyncfl.algorithms.modes import rounds_or_fedasync
+from lit_asyncfl.algorithms.modes import with_mode
 from lit_asyncfl.client_callbacks.personal import PersonalModel
 
 
@@ -45,11 +45,10 @@ class Ditto(Algorithm):
     Args:
         lam: :math:`\lambda \ge 0`.
         steps: Personal steps :math:`s` per job; ``None``: the job's own number.
-        asynchronous: FedAsync-style asynchronous aggregation instead of synchronous rounds.
-        clients_per_round: Synchronous: fraction or count of clients per round (default 0.1).
-        round_deadline: Synchronous: longest round in virtual seconds.
-        alpha: Asynchronous: FedAsync's mixing weight (default 0.6).
-        concurrency: Asynchronous: clients training at once, count or fraction (default 0.1).
+        asynchronous, clients_per_round, round_deadline, alpha, concurrency: The mode: ``asynchronous=True`` for
+            FedAsync-style asynchronous aggregation instead of synchronous rounds; the other four are
+            :class:`~lit_asyncfl.algorithms.FedAvg`'s (synchronous) and :class:`~lit_asyncfl.algorithms.FedAsync`'s
+            (asynchronous) arguments, see there (``None``: their defaults).
 
     Example:
         >>> ditto = Ditto(lam=0.5)
@@ -70,12 +69,4 @@ class Ditto(Algorithm):
         concurrency: int | float | None = None,
     ) -> None:
         hparams = hyperparameters(locals())
-        personal = PersonalModel(lam=lam, steps=steps)
-        base = rounds_or_fedasync(hparams)
-        super().__init__(
-            scheduler=base.scheduler,
-            aggregator=base.aggregator,
-            server_callbacks=base.server_callbacks,
-            client_callbacks=[*base.client_callbacks, personal],
-            hparams=hparams,
-        )
+        super().__init__(**with_mode(hparams, PersonalModel(lam=lam, steps=steps)))

@@ -7,7 +7,18 @@ from lit_asyncfl.checks import check_fraction, check_int, check_number
 from lit_asyncfl.client_callbacks.base import LearningRateDecay
 from lit_asyncfl.schedulers.keep_concurrency import KeepConcurrency
 from lit_asyncfl.server.aggregators import Mixing
-from lit_asyncfl.server.distillation import DistillationCorrection
+from lit_asyncfl.server.distillation import (
+    BATCH_SIZE,
+    DATA_FRACTION,
+    PASSES,
+    RAMP_VERSIONS,
+    STALENESS_THRESHOLD,
+    TEMPERATURE,
+    TIME_PER_SAMPLE,
+    WEIGHT_MAX,
+    WEIGHT_MIN,
+    DistillationCorrection,
+)
 from lit_asyncfl.server.weights import StalenessWeight
 
 
@@ -45,16 +56,11 @@ class FedADT(Algorithm):
 
     Args:
         concurrency: Clients training at once (count, or fraction of all clients).
-        staleness_threshold: Distill uploads with staleness above this (1 in the paper).
-        temperature: Distillation temperature :math:`T`.
-        weight_min: :math:`a_{min}` of the adaptive weight.
-        weight_max: :math:`a_{max}`.
-        ramp_versions: :math:`T_g`.
-        fixed_weight: A constant distillation weight instead (the ablation's 0.2 or 0.6).
-        passes: Distillation passes over the distillation set.
-        data_fraction: Share of the training data held out for distillation.
-        distill_batch_size: Distillation mini-batch size.
-        server_time_per_sample: Server virtual seconds per distilled sample (the cost model).
+        staleness_threshold, temperature, weight_min, weight_max, ramp_versions, fixed_weight, passes,
+            data_fraction: The server's distillation (:class:`~lit_asyncfl.server.DistillationCorrection`'s
+            arguments, see there).
+        distill_batch_size: The distillation's ``batch_size``.
+        server_time_per_sample: The distillation's ``time_per_sample`` (the cost model).
         lr_decay: Clients' learning-rate decay per global version.
 
     Example:
@@ -66,16 +72,16 @@ class FedADT(Algorithm):
     def __init__(
         self,
         concurrency: int | float = 0.2,
-        staleness_threshold: int = 1,
-        temperature: float = 3.0,
-        weight_min: float = 0.2,
-        weight_max: float = 0.6,
-        ramp_versions: int = 1000,
+        staleness_threshold: int = STALENESS_THRESHOLD,
+        temperature: float = TEMPERATURE,
+        weight_min: float = WEIGHT_MIN,
+        weight_max: float = WEIGHT_MAX,
+        ramp_versions: int = RAMP_VERSIONS,
         fixed_weight: float | None = None,
-        passes: int = 1,
-        data_fraction: float = 0.005,
-        distill_batch_size: int = 32,
-        server_time_per_sample: float = 0.01,
+        passes: int = PASSES,
+        data_fraction: float = DATA_FRACTION,
+        distill_batch_size: int = BATCH_SIZE,
+        server_time_per_sample: float = TIME_PER_SAMPLE,
         lr_decay: float = 0.9999,
     ) -> None:
         hparams = hyperparameters(locals())

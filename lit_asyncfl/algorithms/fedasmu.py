@@ -6,11 +6,12 @@ from typing import Any
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.checks import check_bool, check_int, check_number
-from lit_asyncfl.client_callbacks.fresh_merge import FreshModelMerge
-from lit_asyncfl.rl.time_slots import TimeSlotSelector
+from lit_asyncfl.client_callbacks.fresh_merge import GAMMA0, MU_BETA, UPSILON0, FreshModelMerge
+from lit_asyncfl.functional.fedasmu import CONTROL_LR
+from lit_asyncfl.rl.time_slots import BASELINE_RATE, DISCOUNT, EPSILON, NUM_SLOTS, Q_LR, RL_LR, TimeSlotSelector
 from lit_asyncfl.schedulers.periodic import PeriodicTrigger
 from lit_asyncfl.server.aggregators import Mixing
-from lit_asyncfl.server.dynamic_weight import DynamicStalenessWeight
+from lit_asyncfl.server.dynamic_weight import IOTA0, LAMBDA0, MU_ALPHA, SIGMA0, DynamicStalenessWeight
 from lit_asyncfl.server.staleness_bound import StalenessBound
 from lit_asyncfl.server.weights import StalenessWeight
 
@@ -23,7 +24,7 @@ class FedASMU(Algorithm):
     :math:`\tau_i = t - o + 1 > \tau` (``tau_max``) is discarded; otherwise
     :math:`w_{t+1} = (1 - \alpha) w_t + \alpha w_i` with the learned :math:`\alpha` of
     :class:`~lit_asyncfl.server.dynamic_weight.DynamicStalenessWeight`. Devices (Alg. 2) request the fresh global
-    model after an RL-chosen slot and merge it (:class:`~lit_asyncfl.client.fresh_merge.FreshModelMerge`).
+    model after an RL-chosen slot and merge it (:class:`~lit_asyncfl.client_callbacks.FreshModelMerge`).
 
     ``dynamic_weights=False`` replaces the learned weight by FedAsync's static
     :math:`\alpha = \text{static\_alpha} \cdot (t - o + 1)^{-\text{static\_a}}`; ``fresh_merge=False`` removes the
@@ -79,27 +80,15 @@ class FedASMU(Algorithm):
         tau_max: Staleness bound :math:`\tau` on :math:`t - o + 1`.
         dynamic_weights: Learn :math:`\alpha` per device (False: static polynomial weight).
         fresh_merge: Request and merge the fresh global model during local training.
-        mu_alpha: :math:`\mu_\alpha`.
-        lambda0: Initial :math:`\lambda_i`.
-        sigma0: Initial :math:`\sigma_i`.
-        iota0: Initial :math:`\iota_i`.
-        lr_lambda: :math:`\eta_\lambda`.
-        lr_sigma: :math:`\eta_\sigma`.
-        lr_iota: :math:`\eta_\iota`.
+        mu_alpha, lambda0, sigma0, iota0, lr_lambda, lr_sigma, lr_iota: The learned weight's
+            (:class:`~lit_asyncfl.server.DynamicStalenessWeight`'s arguments, see there).
         static_alpha: Base weight when ``dynamic_weights=False``.
         static_a: Polynomial exponent when ``dynamic_weights=False``.
-        mu_beta: :math:`\mu_\beta`.
-        gamma0: Initial :math:`\gamma_i`.
-        upsilon0: Initial :math:`\upsilon_i`.
-        lr_gamma: :math:`\eta_\gamma`.
-        lr_upsilon: :math:`\eta_\upsilon`.
-        num_slots: Number of request slots ``L`` (equal fractions of the local steps).
-        epsilon: Q-learning exploration rate.
-        q_lr: Q-learning rate :math:`\phi`.
-        discount: Q-learning discount :math:`\psi`.
-        baseline_rate: REINFORCE baseline rate :math:`\rho`.
-        rl_lr: Meta-policy learning rate :math:`\eta_{RL}`.
-        policy_path: A saved meta-policy to start from.
+        mu_beta, gamma0, upsilon0, lr_gamma, lr_upsilon: The fresh-model merge's
+            (:class:`~lit_asyncfl.client_callbacks.FreshModelMerge`'s arguments, see there).
+        num_slots, epsilon, q_lr, discount, baseline_rate, rl_lr, policy_path: The merge's time-slot selector's
+            (:class:`~lit_asyncfl.rl.TimeSlotSelector`'s arguments, see there; slots are equal fractions of the
+            local steps).
 
     Example:
         >>> algo = FedASMU()
@@ -115,26 +104,26 @@ class FedASMU(Algorithm):
         tau_max: int = 99,
         dynamic_weights: bool = True,
         fresh_merge: bool = True,
-        mu_alpha: float = 1.0,
-        lambda0: float = 30.0,
-        sigma0: float = 1.0,
-        iota0: float = 0.0,
-        lr_lambda: float = 1e-4,
-        lr_sigma: float = 1e-4,
-        lr_iota: float = 1e-4,
+        mu_alpha: float = MU_ALPHA,
+        lambda0: float = LAMBDA0,
+        sigma0: float = SIGMA0,
+        iota0: float = IOTA0,
+        lr_lambda: float = CONTROL_LR,
+        lr_sigma: float = CONTROL_LR,
+        lr_iota: float = CONTROL_LR,
         static_alpha: float = 0.6,
         static_a: float = 0.5,
-        mu_beta: float = 1.0,
-        gamma0: float = 3.0,
-        upsilon0: float = 0.5,
-        lr_gamma: float = 1e-4,
-        lr_upsilon: float = 1e-4,
-        num_slots: int = 5,
-        epsilon: float = 0.1,
-        q_lr: float = 0.1,
-        discount: float = 0.9,
-        baseline_rate: float = 0.1,
-        rl_lr: float = 1e-3,
+        mu_beta: float = MU_BETA,
+        gamma0: float = GAMMA0,
+        upsilon0: float = UPSILON0,
+        lr_gamma: float = CONTROL_LR,
+        lr_upsilon: float = CONTROL_LR,
+        num_slots: int = NUM_SLOTS,
+        epsilon: float = EPSILON,
+        q_lr: float = Q_LR,
+        discount: float = DISCOUNT,
+        baseline_rate: float = BASELINE_RATE,
+        rl_lr: float = RL_LR,
         policy_path: str | None = None,
     ) -> None:
         hparams = hyperparameters(locals())

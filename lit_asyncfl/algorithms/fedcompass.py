@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
-from lit_asyncfl.schedulers.compass import CompassScheduler
-from lit_asyncfl.server.grouped import GroupedDeltaStep
+from lit_asyncfl.schedulers.compass import LATEST_TIME_FACTOR, Q_MAX, Q_MIN, SPEED_MOMENTUM, CompassScheduler
+from lit_asyncfl.server.grouped import ALPHA, LATEST_PER_CLIENT, STALENESS_EXPONENT, GroupedDeltaStep
 
 
 class FedCompass(Algorithm):
@@ -62,13 +62,11 @@ class FedCompass(Algorithm):
     was not available offline).
 
     Args:
-        q_min: :math:`Q_{min}`.
-        q_max: :math:`Q_{max}`.
-        speed_momentum: :math:`m`.
-        latest_time_factor: :math:`\lambda`.
-        alpha: :math:`\alpha`.
-        staleness_exponent: :math:`a`.
-        latest_per_client: Aggregate only each client's newest update (APPFL's buffers keyed by client).
+        q_min, q_max, speed_momentum, latest_time_factor: The scheduler's
+            (:class:`~lit_asyncfl.schedulers.CompassScheduler`'s arguments, see there).
+        alpha, staleness_exponent, latest_per_client: The aggregation's
+            (:class:`~lit_asyncfl.server.GroupedDeltaStep`'s arguments, see there; ``latest_per_client``: APPFL's
+            buffers keyed by client).
 
     Example:
         >>> algo = FedCompass(q_min=2, q_max=8)
@@ -78,13 +76,13 @@ class FedCompass(Algorithm):
 
     def __init__(
         self,
-        q_min: int = 20,
-        q_max: int = 100,
-        speed_momentum: float = 0.9,
-        latest_time_factor: float = 1.5,
-        alpha: float = 0.9,
-        staleness_exponent: float = 0.5,
-        latest_per_client: bool = True,
+        q_min: int = Q_MIN,
+        q_max: int = Q_MAX,
+        speed_momentum: float = SPEED_MOMENTUM,
+        latest_time_factor: float = LATEST_TIME_FACTOR,
+        alpha: float = ALPHA,
+        staleness_exponent: float = STALENESS_EXPONENT,
+        latest_per_client: bool = LATEST_PER_CLIENT,
     ) -> None:
         hparams = hyperparameters(locals())
         super().__init__(

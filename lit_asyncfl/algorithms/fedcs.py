@@ -14,11 +14,9 @@ class FedCS(SemiAsyncAlgorithm):
     up to ``S`` of the rest are chosen at random and all of them are waited for.
 
     Args:
-        selected: Devices selected per round ``S``.
-        rounds: Rounds ``K``.
-        max_latency: Latency limit :math:`T_{max}` (also sets the per-round limit :math:`T_{max}/K`).
-        alpha_pref: Latency preference within the limit.
-        beta_pref: Latency preference beyond it.
+        selected, rounds, max_latency, alpha_pref, beta_pref: The rounds'
+            (:class:`~lit_asyncfl.schedulers.SemiAsyncRounds`'s arguments, see there;
+            ``max_latency`` also sets the per-round limit :math:`T_{max}/K`).
 
     Example:
         >>> FedCS(selected=10).scheduler.controller.act([0.0] * 5)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
-from lit_asyncfl.algorithms.modes import rounds_or_fedasync
+from lit_asyncfl.algorithms.modes import with_mode
 from lit_asyncfl.client_callbacks.client_state import ModelContrastive
 
 
@@ -62,11 +62,10 @@ class MOON(Algorithm):
     Args:
         mu: Weight :math:`\mu \ge 0` of the contrastive term (0: FedAvg / FedAsync).
         tau: Temperature :math:`\tau > 0`.
-        asynchronous: FedAsync-style asynchronous aggregation instead of synchronous rounds.
-        clients_per_round: Synchronous: fraction or count of clients per round (default 0.1).
-        round_deadline: Synchronous: longest round in virtual seconds.
-        alpha: Asynchronous: FedAsync's mixing weight (default 0.6).
-        concurrency: Asynchronous: clients training at once, count or fraction (default 0.1).
+        asynchronous, clients_per_round, round_deadline, alpha, concurrency: The mode: ``asynchronous=True`` for
+            FedAsync-style asynchronous aggregation instead of synchronous rounds; the other four are
+            :class:`~lit_asyncfl.algorithms.FedAvg`'s (synchronous) and :class:`~lit_asyncfl.algorithms.FedAsync`'s
+            (asynchronous) arguments, see there (``None``: their defaults).
 
     Example:
         >>> moon = MOON(mu=5.0)
@@ -87,12 +86,4 @@ class MOON(Algorithm):
         concurrency: int | float | None = None,
     ) -> None:
         hparams = hyperparameters(locals())
-        contrastive = ModelContrastive(mu=mu, tau=tau)
-        base = rounds_or_fedasync(hparams)
-        super().__init__(
-            scheduler=base.scheduler,
-            aggregator=base.aggregator,
-            server_callbacks=base.server_callbacks,
-            client_callbacks=[contrastive],
-            hparams=hparams,
-        )
+        super().__init__(**with_mode(hparams, ModelContrastive(mu=mu, tau=tau)))

@@ -17,11 +17,8 @@ class Oort(SemiAsyncAlgorithm):
     Args:
         penalty: System penalty exponent :math:`\alpha` (2).
         preferred_duration: :math:`T` (``None``: :math:`T_{max}/K`).
-        selected: Devices selected per round ``S``.
-        rounds: Rounds ``K``.
-        max_latency: Latency limit :math:`T_{max}`.
-        alpha_pref: Latency preference within the limit.
-        beta_pref: Latency preference beyond it.
+        selected, rounds, max_latency, alpha_pref, beta_pref: The rounds'
+            (:class:`~lit_asyncfl.schedulers.SemiAsyncRounds`'s arguments, see there).
 
     Example:
         >>> Oort(penalty=2.0).scheduler.selection.penalty

@@ -17,11 +17,9 @@ class SAFA(SemiAsyncAlgorithm):
     Args:
         num_picked: Quota ``M`` (5 in ASFL's comparison).
         lag_tolerance: Lag tolerance ``tau`` (2).
-        selected: Devices selected per round ``S``.
-        rounds: Rounds ``K``.
-        max_latency: Latency limit :math:`T_{max}` (for the objective).
-        alpha_pref: Latency preference within the limit.
-        beta_pref: Latency preference beyond it.
+        selected, rounds, max_latency, alpha_pref, beta_pref: The rounds'
+            (:class:`~lit_asyncfl.schedulers.SemiAsyncRounds`'s arguments, see there;
+            ``max_latency`` counts in the objective only).
         decay: Staleness decay :math:`c`.
 
     Example:

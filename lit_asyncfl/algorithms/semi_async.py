@@ -38,11 +38,8 @@ class SemiAsyncAlgorithm(Algorithm):
         controller: Chooses ``(M_k, tau_k)`` each round.
         selection: Chooses the ``S`` devices of a round.
         deadline: SAFA-style rounds (wait for every device, cache late arrivals).
-        selected: Devices selected per round ``S``.
-        rounds: Rounds ``K``.
-        max_latency: Latency limit :math:`T_{max}` (virtual seconds).
-        alpha_pref: Latency preference :math:`\alpha` within the limit.
-        beta_pref: Latency preference :math:`\beta` beyond it.
+        selected, rounds, max_latency, alpha_pref, beta_pref: The rounds'
+            (:class:`~lit_asyncfl.schedulers.SemiAsyncRounds`'s arguments, see there).
         decay: Staleness decay :math:`c`.
         reward: What a learning controller learns from (``"round"`` or ``"objective_gain"``, see
             :class:`~lit_asyncfl.schedulers.SemiAsyncRounds`).

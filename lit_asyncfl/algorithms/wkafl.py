@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from lit_asyncfl.algorithms.base import Algorithm, hyperparameters
 from lit_asyncfl.schedulers.k_async import KAsync
-from lit_asyncfl.server.two_stage import TwoStageWeightedStep
+from lit_asyncfl.server.two_stage import (
+    BUFFER_SIZE,
+    CLIP_IN_PLACE,
+    FIRST_CLIP,
+    MOMENTUM,
+    SECOND_CLIP,
+    SERVER_LR,
+    THRESHOLD,
+    TwoStageWeightedStep,
+)
 
 
 class WKAFL(Algorithm):
@@ -51,13 +60,9 @@ class WKAFL(Algorithm):
     Memory: the :math:`K` buffered updates and one model-sized :math:`G_{t-1}`.
 
     Args:
-        k: Updates per aggregation :math:`K`.
-        server_lr: :math:`\eta`.
-        momentum: :math:`\beta`.
-        first_clip: :math:`C_1`.
-        second_clip: :math:`B`.
-        threshold: Consistency threshold :math:`\theta`.
-        clip_in_place: Stage two reads the gradients as stage one clipped them (the authors' code).
+        k: Updates per aggregation :math:`K` (the aggregation's ``buffer_size``).
+        server_lr, momentum, first_clip, second_clip, threshold, clip_in_place: The aggregation's
+            (:class:`~lit_asyncfl.server.TwoStageWeightedStep`'s arguments, see there).
 
     Example:
         >>> algo = WKAFL(k=5)
@@ -67,13 +72,13 @@ class WKAFL(Algorithm):
 
     def __init__(
         self,
-        k: int = 10,
-        server_lr: float = 1.0,
-        momentum: float = 0.1,
-        first_clip: float = 100.0,
-        second_clip: float = 10.0,
-        threshold: float = 0.3,
-        clip_in_place: bool = True,
+        k: int = BUFFER_SIZE,
+        server_lr: float = SERVER_LR,
+        momentum: float = MOMENTUM,
+        first_clip: float = FIRST_CLIP,
+        second_clip: float = SECOND_CLIP,
+        threshold: float = THRESHOLD,
+        clip_in_place: bool = CLIP_IN_PLACE,
     ) -> None:
         hparams = hyperparameters(locals())
         super().__init__(

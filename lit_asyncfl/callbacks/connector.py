@@ -205,7 +205,7 @@ class CallbackConnector(SimulationObserver):
 
     def on_new_version(self, sim: Simulator) -> None:
         self._call_in_event("on_new_version")
-        if self.evaluation.is_due(sim.server.version):
+        if sim.server.version >= self.evaluation.next_due:  # (each evaluation sets the next version due)
             self.evaluate(sim)
 
     def on_update(self, sim: Simulator, update: ClientUpdate, aggregated: bool) -> None:

@@ -11,8 +11,13 @@ from torch import Tensor
 from lit_asyncfl.checks import check, check_finite, check_number
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.functional.aggregation import mix
-from lit_asyncfl.functional.fedasmu import fedasmu_beta, fedasmu_beta_grads, fedasmu_phi
+from lit_asyncfl.functional.fedasmu import CONTROL_LR, fedasmu_beta, fedasmu_beta_grads, fedasmu_phi
 from lit_asyncfl.rl.time_slots import TimeSlotSelector
+
+# Default initial controls and mu_beta (not given in the paper; tuned on the digits setup, see FedASMU).
+MU_BETA = 1.0
+GAMMA0 = 3.0
+UPSILON0 = 0.5
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
@@ -77,11 +82,11 @@ class FreshModelMerge(ClientCallback):
 
     def __init__(
         self,
-        mu_beta: float = 1.0,
-        gamma0: float = 3.0,
-        upsilon0: float = 0.5,
-        lr_gamma: float = 1e-4,
-        lr_upsilon: float = 1e-4,
+        mu_beta: float = MU_BETA,
+        gamma0: float = GAMMA0,
+        upsilon0: float = UPSILON0,
+        lr_gamma: float = CONTROL_LR,
+        lr_upsilon: float = CONTROL_LR,
         selector: TimeSlotSelector | None = None,
     ) -> None:
         check_number("mu_beta", mu_beta, 0, open_min=True)

@@ -1,10 +1,14 @@
-"""A client job's life in the simulator: dispatched, asked for a fresh model mid-training, lost (offline, crashed,
-failed) or cancelled. Part of :class:`~lit_asyncfl.core.simulator.Simulator` (a base class of it)."""
+"""A client job's life in the simulator: dispatched, asked for a fresh model mid-training, arrived and served to the
+server in arrival order (a new version), or lost (offline, crashed, failed) or cancelled; the start models of the
+jobs in flight. Part of :class:`~lit_asyncfl.core.simulator.Simulator` (a base class of it)."""
 
 from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from torch import Tensor
@@ -12,14 +16,14 @@ from torch import Tensor
 from lit_asyncfl.checks import check_int
 from lit_asyncfl.core.client_state import ClientStateError
 from lit_asyncfl.core.job_work import samples_before_step
-from lit_asyncfl.core.seeding import derive_seed
-from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
+from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming, derive_seed
 from lit_asyncfl.data.shards import steps_per_epoch
+from lit_asyncfl.devices import DeviceModel, DeviceProfiles
 
 log = logging.getLogger("lit_asyncfl")
 
+#: The events of a job on the clock.
 JOB_EVENTS = ("arrival", "request", "drop")
-#: The event kinds the simulator handles itself (a scheduler's events must be named otherwise).
 #: Salt of the per-job crash draws (a stream keyed by the job: drawing never shifts the simulator's own stream).
 CRASH_STREAM = 0xC4A54
 
@@ -39,8 +43,53 @@ def _is_storage_error(error: BaseException | None) -> bool:
 
 
 class JobLifecycle:
-    """The simulator's jobs from dispatch to their arrival, loss or cancellation (a base class of
-    :class:`~lit_asyncfl.core.simulator.Simulator`, whose constructor sets the state these methods use)."""
+    """The simulator's jobs from dispatch to the server (or their loss or cancellation), and the start-model
+    snapshots of the jobs in flight (a base class of :class:`~lit_asyncfl.core.simulator.Simulator`).
+
+    Args:
+        executor: Computes the jobs' updates (``submit``/``result``/``cancel``).
+        device_model: Simulated device durations.
+        num_samples: Number of training samples of each client.
+        local_epochs: Local epochs ``E`` per job.
+        batch_size: Local mini-batch size (to know how many steps a job takes).
+        drop_last: Local epochs drop their last incomplete batch.
+        model_bytes: Bytes of one model transfer.
+        profiles: The clients' device profiles.
+    """
+
+    def __init__(
+        self,
+        executor: Any,
+        device_model: DeviceModel,
+        num_samples: Sequence[int],
+        local_epochs: int,
+        batch_size: int,
+        drop_last: bool,
+        model_bytes: int,
+        profiles: DeviceProfiles,
+    ) -> None:
+        self.executor, self.device_model, self.profiles = executor, device_model, profiles
+        self.num_clients = len(num_samples)
+        self.num_samples = np.asarray(num_samples, dtype=np.int64)
+        self.local_epochs, self.batch_size, self.drop_last = local_epochs, batch_size, drop_last
+        self.model_bytes = model_bytes
+        self.busy = np.zeros(self.num_clients, dtype=bool)
+        self.in_flight: dict[int, ClientJob] = {}
+        self.ready: dict[int, ClientUpdate] = {}  # updates of jobs past their request, settled for a checkpoint
+        self.waiting: dict[int, tuple[ClientJob, ClientUpdate]] = {}  # arrived, waiting for the server
+        #: Until when the server is busy with an update (see :meth:`_serve`); arrivals meanwhile wait.
+        self.server_busy_until = 0.0
+        #: Whether arrivals wait (:meth:`hold_arrivals`).
+        self.holding = False
+        #: The start model of each version some job in flight started from, and how many jobs did.
+        self.snapshots: dict[int, Tensor] = {}
+        self._snapshot_refs: Counter[int] = Counter()
+        self.next_job_id = 0
+        #: Updates in a row that arrived without producing a new global version.
+        self.stalled_arrivals = 0
+        self.cancelled = 0
+        #: Jobs that ended without an update reaching the server, per reason (e.g. ``"client_error"``).
+        self.dropped: Counter[str] = Counter()
 
     def dispatch(self, client: int, timing: JobTiming | None = None, local_steps: int | None = None) -> ClientJob:
         """Send the current global model to an idle client and schedule its request or arrival.
@@ -53,7 +102,7 @@ class JobLifecycle:
                 job runs that many steps, mid-epoch if need be, and its compute time is that of the samples those
                 steps process (:func:`samples_before_step`); ``None``: ``local_epochs`` whole epochs.
         """
-        client, now = int(client), self.now
+        client, now = int(client), self.server.now
         if self.busy[client]:
             raise RuntimeError(f"client {client} is already training")
         if not self._always_online and not self.availability.is_online(client, now):
@@ -160,7 +209,7 @@ class JobLifecycle:
         newer = server.version > job.base_version
         extra_download = job.timing.download if newer else 0.0
         remaining = job.timing.compute * (1.0 - job.request_fraction)
-        arrival = self.now + extra_download + remaining + job.timing.upload
+        arrival = self.server.now + extra_download + remaining + job.timing.upload
         if job.drop_time < arrival:
             job.arrival_time = arrival
             self.executor.cancel(job_id)
@@ -220,3 +269,81 @@ class JobLifecycle:
             cb.on_job_dropped(job, reason)
         self.scheduler.on_drop(self, job, reason)
         return job
+
+    # -- arrivals: served to the server in arrival order -------------------------------------------------------------
+    def hold_arrivals(self) -> None:
+        """Let arriving updates wait, in arrival order, until :meth:`release_arrivals` (e.g. the rest of a round's
+        arrivals once its quota is met: they belong to the next round)."""
+        self.holding = True
+
+    def release_arrivals(self) -> None:
+        """Process the waiting updates right after the current event (no-op when not holding)."""
+        if self.holding:
+            self.holding = False
+            self.queue.push(self.server.now, "resume")
+
+    def _new_version(self) -> None:
+        for observer in self.observers:
+            observer.on_new_version(self)
+
+    def flush(self) -> bool:
+        """Aggregate what the server has buffered (synchronous round end)."""
+        aggregated = self.server.flush()
+        if aggregated:
+            self.stalled_arrivals = 0  # progress, even when the arrivals were processed before this flush
+            self._new_version()
+        return aggregated
+
+    def _arrival(self, job_id: int) -> None:
+        job = self.in_flight[job_id]
+        update = self.ready.pop(job_id) if job_id in self.ready else self._job_result(job)
+        if update is None:
+            return
+        del self.in_flight[job_id]
+        self.busy[job.client] = False
+        self._release_snapshot(job.base_version)
+        self.waiting[job_id] = (job, update)
+        self._serve()
+
+    def _serve(self) -> None:
+        """Process waiting updates in arrival order while the server is free.
+
+        An update whose callbacks need server compute (``processing_time`` > 0) occupies the server until a
+        ``processed`` event; arrivals meanwhile wait, so the new version appears only when the work is done.
+        """
+        now = self.server.now  # (the time of the event being processed)
+        while self.waiting and not self.holding and now >= self.server_busy_until:
+            job_id, (job, update) = next(iter(self.waiting.items()))
+            cost = self.server.processing_time(update)
+            if cost > 0:
+                self.server_busy_until = now + cost
+                self.queue.push(self.server_busy_until, "processed", job_id=job_id)
+                return
+            del self.waiting[job_id]
+            self._process(job, update)
+
+    def _process(self, job: ClientJob, update: ClientUpdate) -> None:
+        version = self.server.version
+        if self._hears_arrivals:
+            self.scheduler.on_arrival(self, update)
+        aggregated = self.server.receive(update)
+        if aggregated:
+            self._new_version()
+        for observer in self.observers:
+            observer.on_update(self, update, aggregated)
+        self.scheduler.on_update(self, job, aggregated)
+        self.stalled_arrivals = 0 if self.server.version > version else self.stalled_arrivals + 1
+
+    def _hold_snapshot(self, version: int, weights: Tensor) -> None:
+        self.snapshots.setdefault(version, weights)
+        self._snapshot_refs[version] += 1
+
+    def _release_snapshot(self, version: int) -> None:
+        self._snapshot_refs[version] -= 1
+        if self._snapshot_refs[version] <= 0:
+            del self._snapshot_refs[version]
+            del self.snapshots[version]
+
+
+#: The former base class serving arrivals (now part of :class:`JobLifecycle`).
+ArrivalQueue = JobLifecycle

@@ -1,34 +1,30 @@
-"""The event loop: dispatches, arrivals and triggers processed in virtual-time order.
+"""The event loop on the virtual clock: the clock's events (:class:`EventQueue`) processed in virtual-time order.
 
-The :class:`Simulator` is assembled from one module per job: the job lifecycle (:mod:`lit_asyncfl.core.jobs`), the
-arrivals served to the server (:mod:`lit_asyncfl.core.arrivals`), its checkpoint
-(:mod:`lit_asyncfl.core.simulation_state`); what a job costs is in :mod:`lit_asyncfl.core.job_work`, its observers'
-hooks in :mod:`lit_asyncfl.core.observer`, and what a scheduler may use of it in
-:mod:`lit_asyncfl.core.scheduler_view`. The names this module had before the split are importable from it.
+The :class:`Simulator` is assembled from one module per job: a job's life from dispatch to the server
+(:mod:`lit_asyncfl.core.jobs`) and its checkpoint (:mod:`lit_asyncfl.core.simulation_state`); what a job costs is in
+:mod:`lit_asyncfl.core.job_work`, its observers' hooks in :mod:`lit_asyncfl.core.observer`, and what a scheduler may
+use of it in :mod:`lit_asyncfl.schedulers.view`. The names this module had before the split are importable from it.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from torch import Tensor
 
 from lit_asyncfl.availability import AlwaysAvailable, Availability
 from lit_asyncfl.checks import check_choice
 from lit_asyncfl.client_callbacks.base import ClientCallback
-from lit_asyncfl.core.arrivals import ArrivalQueue
-from lit_asyncfl.core.clock import Event, EventQueue
 from lit_asyncfl.core.job_work import sample_profiles, samples_before_step
 from lit_asyncfl.core.jobs import CRASH_STREAM, JOB_EVENTS, ClientJobError, JobLifecycle
 from lit_asyncfl.core.observer import SimulationObserver
 from lit_asyncfl.core.retirement import RetiredOffline, retired_clients
 from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.simulation_state import SimulatorCheckpoint
-from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.devices import DeviceModel, DeviceProfiles
 from lit_asyncfl.schedulers.base import Scheduler
 
@@ -38,6 +34,8 @@ __all__ = [
     "ON_CLIENT_ERROR",
     "SIMULATOR_EVENTS",
     "ClientJobError",
+    "Event",
+    "EventQueue",
     "SimulationObserver",
     "Simulator",
     "sample_profiles",
@@ -50,7 +48,89 @@ ON_CLIENT_ERROR = ("raise", "drop")
 SIMULATOR_EVENTS = (*JOB_EVENTS, "processed", "resume", "online")
 
 
-class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
+@dataclass(order=True, frozen=True)
+class Event:
+    """Something that happens at a virtual time.
+
+    Events compare by ``(time, seq)``: ties in time are broken by the order in which they were scheduled, so the
+    processing order never depends on anything but the simulation itself.
+
+    Args:
+        time: Virtual time (seconds) at which the event happens.
+        seq: Sequence number given by the :class:`EventQueue` when the event was pushed.
+        kind: What happens, e.g. ``"arrival"`` or ``"trigger"``.
+        data: Plain payload (ints, floats, strings), so the queue can be checkpointed.
+    """
+
+    time: float
+    seq: int
+    kind: str = field(compare=False)
+    data: dict[str, Any] = field(compare=False, default_factory=dict)
+
+
+class EventQueue:
+    """Events in virtual-time order; ties broken by insertion order.
+
+    Example:
+        >>> q = EventQueue()
+        >>> _ = q.push(5.0, "arrival", client=1)
+        >>> _ = q.push(2.0, "trigger")
+        >>> _ = q.push(5.0, "arrival", client=0)
+        >>> [(e.time, e.kind, e.data) for e in (q.pop(), q.pop(), q.pop())]
+        [(2.0, 'trigger', {}), (5.0, 'arrival', {'client': 1}), (5.0, 'arrival', {'client': 0})]
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[Event] = []
+        self._seq = 0
+
+    def push(self, time: float, kind: str, **data: Any) -> Event:
+        """Schedule an event ``kind`` at virtual ``time`` and return it."""
+        if not math.isfinite(time) or time < 0:
+            raise ValueError(f"event time must be finite and >= 0, got {time}")
+        event = Event(float(time), self._seq, kind, data)
+        self._seq += 1
+        heapq.heappush(self._heap, event)
+        return event
+
+    def pop(self) -> Event:
+        """Remove and return the earliest event."""
+        return heapq.heappop(self._heap)
+
+    def restore(self, event: Event) -> None:
+        """Put back an event just popped, in its original place (same time and sequence number)."""
+        heapq.heappush(self._heap, event)
+
+    def peek(self) -> Event | None:
+        """The earliest event without removing it, or ``None`` when empty."""
+        return self._heap[0] if self._heap else None
+
+    def remove(self, predicate: Any) -> list[Event]:
+        """Remove every event for which ``predicate(event)`` is true and return them."""
+        removed = [e for e in self._heap if predicate(e)]
+        if removed:
+            self._heap = [e for e in self._heap if not predicate(e)]
+            heapq.heapify(self._heap)
+        return removed
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self):
+        return iter(sorted(self._heap))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain, weights-only-loadable state."""
+        return {"seq": self._seq, "events": [(e.time, e.seq, e.kind, dict(e.data)) for e in sorted(self._heap)]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state produced by :meth:`state_dict`."""
+        self._seq = int(state["seq"])
+        self._heap = [Event(float(t), int(s), k, dict(d)) for t, s, k, d in state["events"]]
+        heapq.heapify(self._heap)
+
+
+class Simulator(JobLifecycle, SimulatorCheckpoint):
     """Runs one federated simulation on a virtual clock.
 
     The simulator owns the event queue, which clients are training, and the start models of in-flight jobs.
@@ -119,37 +199,20 @@ class Simulator(JobLifecycle, ArrivalQueue, SimulatorCheckpoint):
         #: Every device online at all times and no crash (the default): the simulator then asks the availability
         #: nothing (its answers are known).
         self._always_online = self.availability.always_online
+        if profiles is None:
+            profiles = sample_profiles(device_model, len(num_samples), seed)
+        super().__init__(
+            executor, device_model, num_samples, local_epochs, batch_size, drop_last, model_bytes, profiles
+        )
         self.on_client_error = on_client_error
         self.server = server
         server.seed = seed
         self.scheduler = scheduler
-        self.executor = executor
-        self.device_model = device_model
-        self.num_clients = len(num_samples)
-        self.num_samples = np.asarray(num_samples, dtype=np.int64)
-        self.local_epochs = local_epochs
-        self.batch_size = batch_size
-        self.drop_last = drop_last
         self.seed = seed
-        self.model_bytes = model_bytes
         self.client_callbacks = list(client_callbacks)
-        self.profiles = profiles if profiles is not None else sample_profiles(device_model, self.num_clients, seed)
         self.rng = np.random.default_rng([seed, 0x5C4ED])
         self.queue = EventQueue()
-        self.busy = np.zeros(self.num_clients, dtype=bool)
-        self.in_flight: dict[int, ClientJob] = {}
-        self.ready: dict[int, ClientUpdate] = {}  # updates of jobs past their request, settled for a checkpoint
-        self.waiting: dict[int, tuple[ClientJob, ClientUpdate]] = {}  # arrived, waiting for the server
-        self.server_busy_until = 0.0
-        self.holding = False
-        self.snapshots: dict[int, Tensor] = {}
-        self._snapshot_refs: Counter[int] = Counter()
-        self.next_job_id = 0
         self.events_processed = 0
-        self.stalled_arrivals = 0
-        self.cancelled = 0
-        #: Jobs that ended without an update reaching the server, per reason (e.g. ``"client_error"``).
-        self.dropped: Counter[str] = Counter()
         self.evaluator = evaluator
         self.observers = list(observers)
         #: Whether an event is being processed (the state is consistent, e.g. for a checkpoint, only between events).

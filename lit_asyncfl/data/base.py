@@ -56,6 +56,13 @@ class ClientTransform:
         return self.datamodule.prepare_inputs(self.datamodule.augment(inputs, generator))
 
 
+#: Defaults of the federated split, shared by the data modules' signatures.
+PARTITION = "iid"
+EVAL_BATCH_SIZE = 512
+VAL_FRACTION = 0.0
+SPLIT_SEED = 42
+
+
 class FederatedDataModule(L.LightningDataModule):
     """Base class: subclasses set ``train_set``, ``test_set`` and optionally ``val_set`` in :meth:`setup`.
 
@@ -83,12 +90,12 @@ class FederatedDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        partition: PartitionArg = "iid",
+        partition: PartitionArg = PARTITION,
         alpha: float | None = None,
         batch_size: int = 10,
-        eval_batch_size: int = 512,
-        val_fraction: float = 0.0,
-        split_seed: int = 42,
+        eval_batch_size: int = EVAL_BATCH_SIZE,
+        val_fraction: float = VAL_FRACTION,
+        split_seed: int = SPLIT_SEED,
     ) -> None:
         super().__init__()
         check_int("batch_size", batch_size, 1)
@@ -360,7 +367,7 @@ class PartitionedDataModule(FederatedDataModule):
     def __init__(
         self,
         datamodule: L.LightningDataModule,
-        partition: PartitionArg = "iid",
+        partition: PartitionArg = PARTITION,
         alpha: float | None = None,
         labels: Any = None,
     ) -> None:

@@ -14,13 +14,10 @@ class DigitsDataModule(TabularDataModule):
     every algorithm is evaluated on the same images; the training rest is split into clients.
 
     Args:
-        partition: a name (``"iid"``, ``"dirichlet"``, ``"pathological"``, ...), a partitioner or a Flower Datasets one.
-        alpha: Dirichlet concentration for ``partition="dirichlet"`` (default 0.5); an error with other partitions.
-        batch_size: Local mini-batch size.
-        eval_batch_size: Batch size of global evaluation.
+        partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed: The federated split's
+            (:class:`~lit_asyncfl.data.FederatedDataModule`'s arguments, see there;
+            ``split_seed`` draws the test split too).
         test_fraction: Fraction of the data held out for testing.
-        val_fraction: Fraction of the training data held out for validation (0: validate on the test split).
-        split_seed: Seed of the test/validation split (independent of the run seed).
 
     Example:
         >>> dm = DigitsDataModule(partition="dirichlet", alpha=0.5)

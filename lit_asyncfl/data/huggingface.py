@@ -12,7 +12,7 @@ from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
 from lit_asyncfl.checks import check, check_bool
-from lit_asyncfl.data.base import FederatedDataModule
+from lit_asyncfl.data.base import EVAL_BATCH_SIZE, PARTITION, SPLIT_SEED, VAL_FRACTION, FederatedDataModule
 from lit_asyncfl.data.partition import PartitionArg
 
 
@@ -106,12 +106,9 @@ class HuggingFaceDataModule(FederatedDataModule):
             column); default :func:`default_transform` (images to ``float32`` in [0, 1], channels first).
         eval_transform: The transform of evaluation inputs (default: ``transform``).
         resident: Transform every input once and keep tensors (``False``: at every read).
-        partition: See :class:`~lit_asyncfl.data.FederatedDataModule` (a Flower Datasets partitioner too).
-        alpha: Dirichlet concentration for ``partition="dirichlet"``.
-        batch_size: Local mini-batch size.
-        eval_batch_size: Batch size of global evaluation.
-        val_fraction: Fraction of the training set held out for validation (0: validate on ``test``).
-        split_seed: Seed of the validation split.
+        partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed: The federated split's
+            (:class:`~lit_asyncfl.data.FederatedDataModule`'s arguments, see there;
+            ``val_fraction=0``: validate on ``test``).
 
     Example:
         >>> import pytest; datasets = pytest.importorskip("datasets")
@@ -133,12 +130,12 @@ class HuggingFaceDataModule(FederatedDataModule):
         transform: Callable[[Any], Tensor] | None = None,
         eval_transform: Callable[[Any], Tensor] | None = None,
         resident: bool = True,
-        partition: PartitionArg = "iid",
+        partition: PartitionArg = PARTITION,
         alpha: float | None = None,
         batch_size: int = 32,
-        eval_batch_size: int = 512,
-        val_fraction: float = 0.0,
-        split_seed: int = 42,
+        eval_batch_size: int = EVAL_BATCH_SIZE,
+        val_fraction: float = VAL_FRACTION,
+        split_seed: int = SPLIT_SEED,
     ) -> None:
         super().__init__(partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed)
         for name, column in (("input_column", input_column), ("label_column", label_column)):

@@ -13,7 +13,14 @@ import torch
 from torch import Tensor
 
 from lit_asyncfl.checks import check_bool, check_int, check_path
-from lit_asyncfl.data.base import FederatedDataModule, require_files
+from lit_asyncfl.data.base import (
+    EVAL_BATCH_SIZE,
+    PARTITION,
+    SPLIT_SEED,
+    VAL_FRACTION,
+    FederatedDataModule,
+    require_files,
+)
 from lit_asyncfl.data.partition import PartitionArg
 
 PAD, UNKNOWN = 0, 1
@@ -68,12 +75,8 @@ class IMDbDataModule(FederatedDataModule):
         download: Download and extract the archive when missing (needs a network).
         vocab_size: Vocabulary size including the padding and unknown entries.
         max_length: Tokens kept per review (truncated / padded).
-        partition: a name (``"iid"``, ``"dirichlet"``, ``"pathological"``, ...), a partitioner or a Flower Datasets one.
-        alpha: Dirichlet concentration (``partition="dirichlet"``).
-        batch_size: Local mini-batch size.
-        eval_batch_size: Batch size of global evaluation.
-        val_fraction: Fraction of the training reviews held out for validation (0: validate on the test set).
-        split_seed: Seed of the validation split.
+        partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed: The federated split's
+            (:class:`~lit_asyncfl.data.FederatedDataModule`'s arguments, see there).
 
     Example:
         >>> IMDbDataModule(root="/data").expected_files()[0].as_posix()
@@ -90,12 +93,12 @@ class IMDbDataModule(FederatedDataModule):
         download: bool = False,
         vocab_size: int = 20_000,
         max_length: int = 256,
-        partition: PartitionArg = "iid",
+        partition: PartitionArg = PARTITION,
         alpha: float | None = None,
         batch_size: int = 32,
-        eval_batch_size: int = 512,
-        val_fraction: float = 0.0,
-        split_seed: int = 42,
+        eval_batch_size: int = EVAL_BATCH_SIZE,
+        val_fraction: float = VAL_FRACTION,
+        split_seed: int = SPLIT_SEED,
     ) -> None:
         super().__init__(partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed)
         check_path("root", root)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from lit_asyncfl.checks import check_fraction
-from lit_asyncfl.data.base import FederatedDataModule
+from lit_asyncfl.data.base import EVAL_BATCH_SIZE, PARTITION, SPLIT_SEED, VAL_FRACTION, FederatedDataModule
 from lit_asyncfl.data.partition import PartitionArg
 
 
@@ -34,13 +34,10 @@ class TabularDataModule(FederatedDataModule):
     """A scikit-learn bundled dataset, features standardised with the training split's statistics.
 
     Args:
-        partition: ``"iid"`` or ``"quantity"`` (any partitioner; label partitions need a classification task).
-        alpha: Dirichlet concentration (classification only).
-        batch_size: Local mini-batch size.
-        eval_batch_size: Batch size of global evaluation.
+        partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed: The federated split's
+            (:class:`~lit_asyncfl.data.FederatedDataModule`'s arguments, see there;
+            label partitions need a classification task).
         test_fraction: Fraction held out for testing (stratified for classification).
-        val_fraction: Fraction of the training data held out for validation (0: validate on the test split).
-        split_seed: Seed of the held-out splits.
     """
 
     #: ``"classification"`` (long labels) or ``"regression"`` (float targets).
@@ -48,13 +45,13 @@ class TabularDataModule(FederatedDataModule):
 
     def __init__(
         self,
-        partition: PartitionArg = "iid",
+        partition: PartitionArg = PARTITION,
         alpha: float | None = None,
         batch_size: int = 10,
-        eval_batch_size: int = 512,
+        eval_batch_size: int = EVAL_BATCH_SIZE,
         test_fraction: float = 0.2,
-        val_fraction: float = 0.0,
-        split_seed: int = 42,
+        val_fraction: float = VAL_FRACTION,
+        split_seed: int = SPLIT_SEED,
     ) -> None:
         super().__init__(partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed)
         check_fraction("test_fraction", test_fraction, open_min=True, open_max=True)

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from lit_asyncfl.checks import check_bool, check_int, check_path
-from lit_asyncfl.data.base import FederatedDataModule, require_files
+from lit_asyncfl.data.base import PARTITION, SPLIT_SEED, VAL_FRACTION, FederatedDataModule, require_files
 from lit_asyncfl.data.partition import PartitionArg
 from lit_asyncfl.data.transforms import normalize, random_crop_flip
 from lit_asyncfl.traces import safe_pickle_load
@@ -49,12 +49,8 @@ class VisionDataModule(FederatedDataModule):
     Args:
         root: Directory holding the dataset (as torchvision lays it out).
         download: Download the files with torchvision when missing (needs a network).
-        partition: a name (``"iid"``, ``"dirichlet"``, ``"pathological"``, ...), a partitioner or a Flower Datasets one.
-        alpha: Dirichlet concentration (``partition="dirichlet"``).
-        batch_size: Local mini-batch size.
-        eval_batch_size: Batch size of global evaluation.
-        val_fraction: Fraction of the training set held out for validation (0: validate on the test set).
-        split_seed: Seed of the validation split.
+        partition, alpha, batch_size, eval_batch_size, val_fraction, split_seed: The federated split's
+            (:class:`~lit_asyncfl.data.FederatedDataModule`'s arguments, see there).
         augmentation: Random crop (zero padding of ``crop_padding`` pixels) and, for natural images (CIFAR,
             Tiny-ImageNet; not digits or clothing), horizontal flip of clients' training images, per batch (the usual
             CIFAR augmentation; off by default, as in the papers' setups).
@@ -72,12 +68,12 @@ class VisionDataModule(FederatedDataModule):
         self,
         root: str = "data",
         download: bool = False,
-        partition: PartitionArg = "iid",
+        partition: PartitionArg = PARTITION,
         alpha: float | None = None,
         batch_size: int = 32,
         eval_batch_size: int = 1024,
-        val_fraction: float = 0.0,
-        split_seed: int = 42,
+        val_fraction: float = VAL_FRACTION,
+        split_seed: int = SPLIT_SEED,
         augmentation: bool = False,
         crop_padding: int = 4,
     ) -> None:

@@ -13,7 +13,7 @@ moved to the executors (:class:`~lit_asyncfl.executors.CohortExecutor`) and stay
 
 from typing import Any
 
-from lit_asyncfl.engines.base import LocalEngine, generators_kept, parse_optimizers
+from lit_asyncfl.engines.base import LocalEngine, OneDNN, choose_onednn, generators_kept, parse_optimizers
 from lit_asyncfl.engines.cohort import CohortEngine, check_cohort_support
 from lit_asyncfl.engines.cohort import (
     CohortTrainer as CohortTrainer,  # the former name (an alias)
@@ -21,7 +21,6 @@ from lit_asyncfl.engines.cohort import (
 from lit_asyncfl.engines.cohort_step import CohortJobTrainer
 from lit_asyncfl.engines.fast import FastEngine
 from lit_asyncfl.engines.fast import LocalTrainer as LocalTrainer  # the former name (an alias)
-from lit_asyncfl.engines.kernels import OneDNN, choose_onednn
 from lit_asyncfl.engines.lightning import LightningEngine
 from lit_asyncfl.engines.lightning import LightningLocalTrainer as LightningLocalTrainer  # the former name
 

@@ -19,9 +19,8 @@ from lit_asyncfl import namespaces
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.data.shards import ClientShards, DatasetShards, steps_per_epoch
-from lit_asyncfl.engines.base import LocalEngine
-from lit_asyncfl.engines.kernels import OneDNN
-from lit_asyncfl.loops.log import JobLog
+from lit_asyncfl.engines.base import LocalEngine, OneDNN
+from lit_asyncfl.loops.stand_in import JobLog
 
 #: Flags of every per-update ``lightning.Trainer``: nothing but the training loop.
 TRAINER_FLAGS: dict[str, Any] = {

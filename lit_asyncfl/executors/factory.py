@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,9 +14,9 @@ from lit_asyncfl.checks import check, check_int
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
+from lit_asyncfl.engines.base import LocalEngine, choose_onednn
 from lit_asyncfl.engines.cohort import CohortEngine
 from lit_asyncfl.engines.fast import FastEngine
-from lit_asyncfl.engines.kernels import choose_onednn
 from lit_asyncfl.engines.lightning import LightningEngine
 from lit_asyncfl.executors.cohort import CohortExecutor
 from lit_asyncfl.executors.ray.executor import RayExecutor
@@ -98,16 +99,12 @@ def make_local_trainer(
 
 def build_executor(
     engine: str,
-    module: L.LightningModule,
-    shards: ClientShards | DatasetShards,
-    batch_size: int,
-    callbacks: Sequence[ClientCallback] = (),
-    device: torch.device | str = "cpu",
-    onednn: bool | None = None,
+    *engine_args: Any,
     sequential: Callable[[Any], Any] = SequentialExecutor,
     compile_cohort: bool = False,
     executor: RayExecutor | None = None,
     num_threads: int = 1,
+    **engine_kwargs: Any,
 ) -> Any:
     """The executor computing the clients' updates with the chosen engine.
 
@@ -116,23 +113,31 @@ def build_executor(
             (:class:`~lit_asyncfl.engines.LightningEngine`) or ``"cohort"``
             (:class:`~lit_asyncfl.engines.CohortEngine` behind a
             :class:`~lit_asyncfl.executors.CohortExecutor`).
-        module: The user's module (each engine trains a private copy).
-        shards: The clients' data.
-        batch_size: Local mini-batch size.
-        callbacks: Client callbacks.
-        device: Training device.
-        onednn: oneDNN on or off during local training; ``None`` chooses by
-            :func:`~lit_asyncfl.engines.choose_onednn` (off for small convolutions on the CPU). The engine
-            applies the choice (``trainer.onednn``) around each job, whatever executor runs it.
+        engine_args: The engine's arguments, positional or by name, as every engine takes them (those of
+            :class:`~lit_asyncfl.engines.LocalEngine`: ``module``, ``shards``, ``batch_size``, ``callbacks``,
+            ``device``, ``onednn``). Here ``onednn=None`` chooses by :func:`~lit_asyncfl.engines.choose_onednn`
+            (off for small convolutions on the CPU); the engine applies the choice (``trainer.onednn``) around each
+            job, whatever executor runs it.
         sequential: Builds the executor of the per-client engines from their local trainer (default
             :class:`~lit_asyncfl.executors.SequentialExecutor`); the cohort engine has its own.
         compile_cohort: ``torch.compile`` the cohort engine's batched step (only with ``engine="cohort"``).
         executor: A :class:`~lit_asyncfl.executors.RayExecutor` to start (its workers build the engine);
             ``None``: compute in this process.
         num_threads: The run's intra-op threads (what Ray workers use unless their executor sets its own).
+
+    Example:
+        >>> from lit_asyncfl.data import ClientShards
+        >>> from lit_asyncfl.models import LogisticRegression
+        >>> shards = ClientShards(torch.zeros(4, 3), torch.zeros(4, dtype=torch.long), [[0, 1], [2, 3]])
+        >>> type(build_executor("fast", LogisticRegression(input_dim=3), shards, 2)).__name__
+        'SequentialExecutor'
     """
     check_engine(engine)
-    device = torch.device(device)
+    bound = inspect.signature(LocalEngine).bind(*engine_args, **engine_kwargs)  # (a TypeError names a bad one)
+    bound.apply_defaults()
+    module, shards, batch_size = bound.arguments["module"], bound.arguments["shards"], bound.arguments["batch_size"]
+    callbacks, onednn = bound.arguments["callbacks"], bound.arguments["onednn"]
+    device = torch.device(bound.arguments["device"])
     if onednn is None and device.type == "cpu" and engine != "cohort":  # a cohort's batched convolutions are large
         batch = _probe_batch(shards, batch_size)
         if batch is not None:

@@ -25,6 +25,8 @@ import math
 
 #: Smallest value ``sigma`` is clamped to.
 SIGMA_MIN = 1e-6
+#: The learning rate of every control parameter (Table 5), the default of each.
+CONTROL_LR = 1e-4
 
 
 def fedasmu_xi(lam: float, sigma: float, iota: float, version: int, staleness: int) -> float:
@@ -111,13 +113,14 @@ def fedasmu_phi(gamma: float, upsilon: float, fresh_version: int, base_version: 
 
 
 def fedasmu_beta(phi: float, mu_beta: float) -> float:
-    r""":math:`\beta = \mu_\beta \phi / (1 + \mu_\beta \phi)`.
+    r""":math:`\beta = \mu_\beta \phi / (1 + \mu_\beta \phi)`: the form of :math:`\alpha` (:func:`fedasmu_alpha`), in
+    :math:`\phi` and :math:`\mu_\beta`.
 
     Example:
         >>> fedasmu_beta(1.0, mu_beta=3.0)
         0.75
     """
-    return mu_beta * phi / (1.0 + mu_beta * phi)
+    return fedasmu_alpha(phi, mu_beta)
 
 
 def fedasmu_beta_grads(

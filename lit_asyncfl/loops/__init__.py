@@ -7,8 +7,7 @@ as Lightning's evaluation loop does; :class:`EpochLog` and :class:`JobLog` reduc
 """
 
 from lit_asyncfl.loops.contract import check_lightning_contract, check_model_fits_data
-from lit_asyncfl.loops.job_trainer import JobTrainer
-from lit_asyncfl.loops.log import EpochLog, JobLog
+from lit_asyncfl.loops.stand_in import EpochLog, JobLog, JobTrainer
 from lit_asyncfl.loops.validation_loop import run_evaluation
 
 __all__ = ["EpochLog", "JobLog", "JobTrainer", "check_lightning_contract", "check_model_fits_data", "run_evaluation"]

@@ -18,7 +18,7 @@ from lit_asyncfl.checks import check_hooks_run
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.workspace import _no_log, unseen
 from lit_asyncfl.engines.base import parse_optimizers
-from lit_asyncfl.loops.job_trainer import JobTrainer
+from lit_asyncfl.loops.stand_in import JobTrainer
 from lit_asyncfl.namespaces import is_overridden
 
 _log = logging.getLogger("lit_asyncfl")

@@ -1,5 +1,5 @@
 """Lightning's validation (and test) loop for a module without a ``lightning.Trainer``: its hooks, in Lightning's
-order, with ``self.log`` reduced as Lightning reduces it (:mod:`lit_asyncfl.loops.log`), so that the global model's
+order, with ``self.log`` reduced as Lightning reduces it (:mod:`lit_asyncfl.loops.stand_in`), so that the global model's
 metrics are the ones ``lightning.Trainer.validate`` would report for the same weights."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from lit_asyncfl.loops.job_trainer import JobTrainer
-from lit_asyncfl.loops.log import EpochLog, JobLog
+from lit_asyncfl.loops.stand_in import EpochLog, JobLog, JobTrainer
 from lit_asyncfl.namespaces import is_overridden
 
 #: Stage -> (hook prefix, step method).

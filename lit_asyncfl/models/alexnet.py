@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from lit_asyncfl.checks import check_int, check_number
-from lit_asyncfl.models.base import MAX_WIDTH, ClassificationModule, feature_size
+from lit_asyncfl.models.base import LR, MAX_WIDTH, MOMENTUM, WEIGHT_DECAY, ClassificationModule, feature_size
 
 
 class AlexNet(ClassificationModule):
@@ -28,9 +28,7 @@ class AlexNet(ClassificationModule):
         dropout: Dropout probability before each of the two hidden fully connected layers.
         width: Multiplier of every layer's width (channels and ``hidden_dim``), rounded, at least 1; in
             ``(0, MAX_WIDTH]`` (16).
-        lr: Local SGD learning rate.
-        momentum: SGD momentum.
-        weight_decay: L2 penalty.
+        lr, momentum, weight_decay: Local SGD's (:class:`~lit_asyncfl.models.ClassificationModule`'s arguments).
 
     Example:
         >>> from torch import zeros
@@ -50,9 +48,9 @@ class AlexNet(ClassificationModule):
         hidden_dim: int = 1024,
         dropout: float = 0.5,
         width: float = 1.0,
-        lr: float = 0.05,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        lr: float = LR,
+        momentum: float = MOMENTUM,
+        weight_decay: float = WEIGHT_DECAY,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
         check_int("in_channels", in_channels, 1)

@@ -14,6 +14,10 @@ from lit_asyncfl.checks import check_int, check_number
 
 #: Largest ``width`` multiplier of the scalable models (VGG11, AlexNet): 16x VGG11 has about 2,000x its parameters.
 MAX_WIDTH = 16
+#: Defaults of the local SGD (learning rate, momentum, L2 penalty) of the bundled models.
+LR = 0.05
+MOMENTUM = 0.0
+WEIGHT_DECAY = 0.0
 
 
 class ClassificationModule(L.LightningModule):
@@ -33,7 +37,9 @@ class ClassificationModule(L.LightningModule):
         weight_decay: L2 penalty.
     """
 
-    def __init__(self, num_classes: int = 10, lr: float = 0.05, momentum: float = 0.0, weight_decay: float = 0.0):
+    def __init__(
+        self, num_classes: int = 10, lr: float = LR, momentum: float = MOMENTUM, weight_decay: float = WEIGHT_DECAY
+    ):
         super().__init__()
         check_int("num_classes", num_classes, 2)
         check_number("lr", lr, 0, open_min=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from lit_asyncfl.checks import check_int
-from lit_asyncfl.models.base import ClassificationModule
+from lit_asyncfl.models.base import MOMENTUM, WEIGHT_DECAY, ClassificationModule
 
 
 class SimpleCNN(ClassificationModule):
@@ -15,9 +15,7 @@ class SimpleCNN(ClassificationModule):
         num_classes: Number of classes.
         in_channels: Input channels.
         input_size: Side of the square input.
-        lr: Local SGD learning rate.
-        momentum: SGD momentum.
-        weight_decay: L2 penalty.
+        lr, momentum, weight_decay: Local SGD's (:class:`~lit_asyncfl.models.ClassificationModule`'s arguments).
 
     Example:
         >>> import torch
@@ -31,8 +29,8 @@ class SimpleCNN(ClassificationModule):
         in_channels: int = 3,
         input_size: int = 32,
         lr: float = 0.03,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        momentum: float = MOMENTUM,
+        weight_decay: float = WEIGHT_DECAY,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
         check_int("in_channels", in_channels, 1)

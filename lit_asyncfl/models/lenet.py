@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from lit_asyncfl.checks import check_int
-from lit_asyncfl.models.base import ClassificationModule, feature_size
+from lit_asyncfl.models.base import LR, MOMENTUM, WEIGHT_DECAY, ClassificationModule, feature_size
 
 
 class LeNet5(ClassificationModule):
@@ -19,9 +19,7 @@ class LeNet5(ClassificationModule):
         num_classes: Number of classes.
         in_channels: Input channels (1 for digits/MNIST, 3 for CIFAR).
         input_size: Side of the square input (8, 28, 32, ...).
-        lr: Local SGD learning rate.
-        momentum: SGD momentum.
-        weight_decay: L2 penalty.
+        lr, momentum, weight_decay: Local SGD's (:class:`~lit_asyncfl.models.ClassificationModule`'s arguments).
 
     Example:
         >>> import torch
@@ -37,9 +35,9 @@ class LeNet5(ClassificationModule):
         num_classes: int = 10,
         in_channels: int = 1,
         input_size: int = 8,
-        lr: float = 0.05,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        lr: float = LR,
+        momentum: float = MOMENTUM,
+        weight_decay: float = WEIGHT_DECAY,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
         check_int("in_channels", in_channels, 1)

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torchmetrics.regression import R2Score
 
 from lit_asyncfl.checks import check_int, check_number
-from lit_asyncfl.models.base import ClassificationModule
+from lit_asyncfl.models.base import LR, WEIGHT_DECAY, ClassificationModule
 
 
 class _R2Score(R2Score):
@@ -41,7 +41,7 @@ class LinearRegression(L.LightningModule):
         torch.Size([4])
     """
 
-    def __init__(self, input_dim: int, lr: float = 0.05, weight_decay: float = 0.0) -> None:
+    def __init__(self, input_dim: int, lr: float = LR, weight_decay: float = WEIGHT_DECAY) -> None:
         super().__init__()
         check_int("input_dim", input_dim, 1)
         check_number("lr", lr, 0, open_min=True)
@@ -109,7 +109,12 @@ class LinearSVM(ClassificationModule):
     """
 
     def __init__(
-        self, input_dim: int, num_classes: int = 2, lr: float = 0.05, weight_decay: float = 0.0, margin: float = 1.0
+        self,
+        input_dim: int,
+        num_classes: int = 2,
+        lr: float = LR,
+        weight_decay: float = WEIGHT_DECAY,
+        margin: float = 1.0,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, weight_decay=weight_decay)
         check_int("input_dim", input_dim, 1)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from torch import nn
 
 from lit_asyncfl.checks import check, check_int, is_int
-from lit_asyncfl.models.base import ClassificationModule
+from lit_asyncfl.models.base import LR, MOMENTUM, WEIGHT_DECAY, ClassificationModule
 
 
 class MLP(ClassificationModule):
@@ -17,9 +17,7 @@ class MLP(ClassificationModule):
         input_dim: Number of input features after flattening (64 for 8x8 digits).
         hidden_dims: Sizes of the hidden layers.
         num_classes: Number of classes.
-        lr: Local SGD learning rate.
-        momentum: SGD momentum.
-        weight_decay: L2 penalty.
+        lr, momentum, weight_decay: Local SGD's (:class:`~lit_asyncfl.models.ClassificationModule`'s arguments).
 
     Example:
         >>> import torch
@@ -32,9 +30,9 @@ class MLP(ClassificationModule):
         input_dim: int = 64,
         hidden_dims: Sequence[int] = (200, 200),
         num_classes: int = 10,
-        lr: float = 0.05,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        lr: float = LR,
+        momentum: float = MOMENTUM,
+        weight_decay: float = WEIGHT_DECAY,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
         check_int("input_dim", input_dim, 1)
@@ -67,5 +65,5 @@ class LogisticRegression(MLP):
         torch.Size([2, 10])
     """
 
-    def __init__(self, input_dim: int = 64, num_classes: int = 10, lr: float = 0.05, weight_decay: float = 0.0):
+    def __init__(self, input_dim: int = 64, num_classes: int = 10, lr: float = LR, weight_decay: float = WEIGHT_DECAY):
         super().__init__(input_dim=input_dim, hidden_dims=(), num_classes=num_classes, lr=lr, weight_decay=weight_decay)

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lit_asyncfl.checks import check_int
-from lit_asyncfl.models.base import ClassificationModule, norm2d
+from lit_asyncfl.models.base import LR, MOMENTUM, WEIGHT_DECAY, ClassificationModule, norm2d
 
 
 class _PadShortcut(nn.Module):
@@ -63,9 +63,7 @@ class ResNet20(ClassificationModule):
         norm: ``"batch"`` (BatchNorm, as in the paper), ``"group"`` (GroupNorm: no running statistics, so the
             model has no buffers, runs under a batched/vmap client engine and averages cleanly) or ``"none"``.
         groups: GroupNorm groups (must divide 16); used only with ``norm="group"``.
-        lr: Local SGD learning rate.
-        momentum: SGD momentum.
-        weight_decay: L2 penalty.
+        lr, momentum, weight_decay: Local SGD's (:class:`~lit_asyncfl.models.ClassificationModule`'s arguments).
 
     Example:
         >>> import torch
@@ -82,9 +80,9 @@ class ResNet20(ClassificationModule):
         in_channels: int = 3,
         norm: str = "batch",
         groups: int = 8,
-        lr: float = 0.05,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        lr: float = LR,
+        momentum: float = MOMENTUM,
+        weight_decay: float = WEIGHT_DECAY,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
         check_int("in_channels", in_channels, 1)

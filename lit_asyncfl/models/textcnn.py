@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lit_asyncfl.checks import check, check_int, check_number, is_int
-from lit_asyncfl.models.base import ClassificationModule
+from lit_asyncfl.models.base import LR, MOMENTUM, WEIGHT_DECAY, ClassificationModule
 
 
 class TextCNN(ClassificationModule):
@@ -30,9 +30,7 @@ class TextCNN(ClassificationModule):
         dropout: Dropout probability before the classifier.
         padding_idx: Token id of padding, in ``[0, vocab_size)``.
         num_classes: Number of classes.
-        lr: Local SGD learning rate.
-        momentum: SGD momentum.
-        weight_decay: L2 penalty.
+        lr, momentum, weight_decay: Local SGD's (:class:`~lit_asyncfl.models.ClassificationModule`'s arguments).
 
     Example:
         >>> model = TextCNN(vocab_size=100, embed_dim=16, num_filters=8)
@@ -51,9 +49,9 @@ class TextCNN(ClassificationModule):
         dropout: float = 0.5,
         padding_idx: int = 0,
         num_classes: int = 2,
-        lr: float = 0.05,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        lr: float = LR,
+        momentum: float = MOMENTUM,
+        weight_decay: float = WEIGHT_DECAY,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
         check_int("vocab_size", vocab_size, 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from lit_asyncfl.checks import check_int, check_number
-from lit_asyncfl.models.base import MAX_WIDTH, ClassificationModule, norm2d
+from lit_asyncfl.models.base import LR, MAX_WIDTH, MOMENTUM, WEIGHT_DECAY, ClassificationModule, norm2d
 
 
 class VGG11(ClassificationModule):
@@ -27,9 +27,7 @@ class VGG11(ClassificationModule):
         groups: GroupNorm groups (must divide every scaled channel count); used only with ``norm="group"``.
         width: Multiplier of every layer's width (channels and the hidden head size), rounded, at least 1; in
             ``(0, MAX_WIDTH]`` (16); e.g. 0.25 gives 16-32-64-128 channels and a 128-unit head for tests and CPU runs.
-        lr: Local SGD learning rate.
-        momentum: SGD momentum.
-        weight_decay: L2 penalty.
+        lr, momentum, weight_decay: Local SGD's (:class:`~lit_asyncfl.models.ClassificationModule`'s arguments).
 
     Example:
         >>> import torch
@@ -51,9 +49,9 @@ class VGG11(ClassificationModule):
         norm: str = "batch",
         groups: int = 8,
         width: float = 1.0,
-        lr: float = 0.05,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        lr: float = LR,
+        momentum: float = MOMENTUM,
+        weight_decay: float = WEIGHT_DECAY,
     ) -> None:
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
         check_int("in_channels", in_channels, 1)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from lit_asyncfl.checks import check_bool, check_int, check_number, check_path
-from lit_asyncfl.rl.sac import DiscreteSAC
+from lit_asyncfl.rl.sac import BATCH_SIZE, LR, TARGET_ENTROPY_RATIO, DiscreteSAC
 
 POLICY_FORMAT = "lit_asyncfl.asfl_policy.v1"
 
@@ -90,10 +90,9 @@ class SACController(RoundController):
         train: Learn while acting (episode training) instead of only acting.
         greedy: Take the most probable action instead of sampling (only when not training).
         updates_per_round: Gradient steps after each round while training.
-        lr: Adam learning rate of actor, critics and temperature.
-        batch_size: Transitions per gradient step.
         hidden: Width of the actor's two hidden layers (ASFL: 128; the critics use ``hidden, hidden // 2``).
-        target_entropy_ratio: See :class:`~lit_asyncfl.rl.sac.DiscreteSAC`.
+        lr, batch_size, target_entropy_ratio: The agent's (:class:`~lit_asyncfl.rl.sac.DiscreteSAC`'s arguments, see
+            there).
         seed: Seed of the agent (initial networks, action and replay sampling).
 
     Example:
@@ -112,10 +111,10 @@ class SACController(RoundController):
         train: bool = False,
         greedy: bool = True,
         updates_per_round: int = 4,
-        lr: float = 3e-4,
-        batch_size: int = 64,
+        lr: float = LR,
+        batch_size: int = BATCH_SIZE,
         hidden: int = 128,
-        target_entropy_ratio: float = 0.5,
+        target_entropy_ratio: float = TARGET_ENTROPY_RATIO,
         seed: int = 0,
     ) -> None:
         if picked_choices is not None and (not picked_choices or not all(_is_count(m, 1) for m in picked_choices)):

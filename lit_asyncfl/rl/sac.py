@@ -17,6 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+# Defaults that the ASFL controller (SACController) repeats by name.
+LR = 3e-4
+BATCH_SIZE = 64
+TARGET_ENTROPY_RATIO = 0.5
+
 
 def mlp(sizes: Sequence[int]) -> nn.Sequential:
     """Linear layers with ReLU between them (none after the last)."""
@@ -116,11 +121,11 @@ class DiscreteSAC:
         critic_hidden: Sequence[int] = (128, 64),
         gamma: float = 0.99,
         delta: float = 0.01,
-        lr: float = 3e-4,
-        batch_size: int = 64,
+        lr: float = LR,
+        batch_size: int = BATCH_SIZE,
         buffer_size: int = 5000,
         init_temperature: float = 1.0,
-        target_entropy_ratio: float = 0.5,
+        target_entropy_ratio: float = TARGET_ENTROPY_RATIO,
         seed: int = 0,
     ) -> None:
         if state_dim < 1:

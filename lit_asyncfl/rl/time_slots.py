@@ -15,6 +15,13 @@ from lit_asyncfl.functional.rl import epsilon_greedy, moving_baseline, q_learnin
 
 #: Q-learning actions on the slot: move one earlier, stay, move one later.
 ACTIONS = (-1, 0, 1)
+# Defaults of the selector (FedASMU's preset repeats them by name).
+NUM_SLOTS = 5
+EPSILON = 0.1
+Q_LR = 0.1
+DISCOUNT = 0.9
+BASELINE_RATE = 0.1
+RL_LR = 1e-3
 
 
 class SlotPolicy(nn.Module):
@@ -109,12 +116,12 @@ class TimeSlotSelector:
 
     def __init__(
         self,
-        num_slots: int = 5,
-        epsilon: float = 0.1,
-        q_lr: float = 0.1,
-        discount: float = 0.9,
-        baseline_rate: float = 0.1,
-        rl_lr: float = 1e-3,
+        num_slots: int = NUM_SLOTS,
+        epsilon: float = EPSILON,
+        q_lr: float = Q_LR,
+        discount: float = DISCOUNT,
+        baseline_rate: float = BASELINE_RATE,
+        rl_lr: float = RL_LR,
         hidden_size: int = 16,
         init_seed: int = 0,
         policy_path: str | None = None,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from lit_asyncfl.checks import check_count_or_fraction, is_int
 
 if TYPE_CHECKING:
-    from lit_asyncfl.core.clock import Event
+    from lit_asyncfl.core.simulator import Event
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
     from lit_asyncfl.schedulers.view import SchedulerView
 

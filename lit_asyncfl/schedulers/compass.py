@@ -11,8 +11,14 @@ from lit_asyncfl.checks import check_int, check_number, check_ordered
 from lit_asyncfl.functional.compass import join_steps, new_group_steps, speed_estimate
 from lit_asyncfl.schedulers.base import Scheduler
 
+# Defaults (FedCompass's), which its preset repeats by name.
+Q_MIN = 20
+Q_MAX = 100
+SPEED_MOMENTUM = 0.9
+LATEST_TIME_FACTOR = 1.5
+
 if TYPE_CHECKING:
-    from lit_asyncfl.core.clock import Event
+    from lit_asyncfl.core.simulator import Event
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
     from lit_asyncfl.schedulers.view import SchedulerView
     from lit_asyncfl.server.grouped import GroupedDeltaStep
@@ -59,7 +65,11 @@ class CompassScheduler(Scheduler):
     """
 
     def __init__(
-        self, q_min: int = 20, q_max: int = 100, speed_momentum: float = 0.9, latest_time_factor: float = 1.5
+        self,
+        q_min: int = Q_MIN,
+        q_max: int = Q_MAX,
+        speed_momentum: float = SPEED_MOMENTUM,
+        latest_time_factor: float = LATEST_TIME_FACTOR,
     ) -> None:
         check_int("q_min", q_min, 1)
         check_int("q_max", q_max, 1)

@@ -12,7 +12,7 @@ from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 from lit_asyncfl.schedulers.selection import Selection
 
 if TYPE_CHECKING:
-    from lit_asyncfl.core.clock import Event
+    from lit_asyncfl.core.simulator import Event
     from lit_asyncfl.core.update import ClientJob
     from lit_asyncfl.schedulers.view import SchedulerView
 

@@ -8,7 +8,7 @@ from lit_asyncfl.checks import check_count_or_fraction, check_number
 from lit_asyncfl.schedulers.base import Scheduler, resolve_count
 
 if TYPE_CHECKING:
-    from lit_asyncfl.core.clock import Event
+    from lit_asyncfl.core.simulator import Event
     from lit_asyncfl.schedulers.view import SchedulerView
 
 

@@ -49,7 +49,7 @@ from lit_asyncfl.schedulers.semi_async_feedback import round_record, state_featu
 from lit_asyncfl.schedulers.semi_async_state import SemiAsyncRoundState
 
 if TYPE_CHECKING:
-    from lit_asyncfl.core.clock import Event
+    from lit_asyncfl.core.simulator import Event
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
     from lit_asyncfl.schedulers.view import SchedulerView
 

@@ -9,8 +9,8 @@ import numpy as np
 
 if TYPE_CHECKING:
     from lit_asyncfl.availability import Availability
-    from lit_asyncfl.core.clock import Event
     from lit_asyncfl.core.server import Server
+    from lit_asyncfl.core.simulator import Event
     from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
     from lit_asyncfl.devices import DeviceModel, DeviceProfiles
 

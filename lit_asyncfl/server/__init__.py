@@ -1,7 +1,14 @@
 """Server callbacks and aggregators."""
 
 from lit_asyncfl.server.adaptive_optimizer import AdaptiveServerOptimizer, ServerMomentum
-from lit_asyncfl.server.aggregators import Aggregator, DeltaAverage, Mixing, ModelAverage
+from lit_asyncfl.server.aggregators import (
+    Aggregator,
+    DataSizeWeight,
+    DeltaAverage,
+    Mixing,
+    ModelAverage,
+    StalenessWeight,
+)
 from lit_asyncfl.server.base import ServerCallback
 from lit_asyncfl.server.calibration import CalibratedDeltaAverage
 from lit_asyncfl.server.data_fraction import DataFractionWeight
@@ -22,7 +29,6 @@ from lit_asyncfl.server.staleness_bound import StalenessBound
 from lit_asyncfl.server.staleness_decay import StalenessDecay
 from lit_asyncfl.server.two_stage import TwoStageWeightedStep
 from lit_asyncfl.server.update_cache import ClientUpdateCache
-from lit_asyncfl.server.weights import DataSizeWeight, StalenessWeight
 
 __all__ = [
     "AdaptiveServerOptimizer",

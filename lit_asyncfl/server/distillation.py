@@ -11,6 +11,17 @@ from lit_asyncfl.core.seeding import derive_seed
 from lit_asyncfl.functional.distillation import adaptive_distillation_weight, distillation_loss
 from lit_asyncfl.server.base import ServerCallback
 
+# Defaults (the paper's where it gives them), which FedADT's preset repeats by name.
+STALENESS_THRESHOLD = 1
+TEMPERATURE = 3.0
+WEIGHT_MIN = 0.2
+WEIGHT_MAX = 0.6
+RAMP_VERSIONS = 1000
+PASSES = 1
+DATA_FRACTION = 0.005
+BATCH_SIZE = 32
+TIME_PER_SAMPLE = 0.01
+
 if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
     from lit_asyncfl.core.update import ClientUpdate
@@ -55,17 +66,17 @@ class DistillationCorrection(ServerCallback):
 
     def __init__(
         self,
-        staleness_threshold: int = 1,
-        temperature: float = 3.0,
-        weight_min: float = 0.2,
-        weight_max: float = 0.6,
-        ramp_versions: int = 1000,
+        staleness_threshold: int = STALENESS_THRESHOLD,
+        temperature: float = TEMPERATURE,
+        weight_min: float = WEIGHT_MIN,
+        weight_max: float = WEIGHT_MAX,
+        ramp_versions: int = RAMP_VERSIONS,
         fixed_weight: float | None = None,
-        passes: int = 1,
-        data_fraction: float = 0.005,
-        batch_size: int = 32,
+        passes: int = PASSES,
+        data_fraction: float = DATA_FRACTION,
+        batch_size: int = BATCH_SIZE,
         lr: float | None = None,
-        time_per_sample: float = 0.01,
+        time_per_sample: float = TIME_PER_SAMPLE,
     ) -> None:
         check_int("staleness_threshold", staleness_threshold, 0)
         check_number("temperature", temperature, 0, open_min=True)

@@ -8,8 +8,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lit_asyncfl.checks import check_finite, check_number
-from lit_asyncfl.functional.fedasmu import SIGMA_MIN, fedasmu_alpha, fedasmu_alpha_grads, fedasmu_xi
+from lit_asyncfl.functional.fedasmu import CONTROL_LR, SIGMA_MIN, fedasmu_alpha, fedasmu_alpha_grads, fedasmu_xi
 from lit_asyncfl.server.base import ServerCallback
+
+# Default initial controls and mu_alpha (not given in the paper; tuned on the digits setup, see FedASMU).
+MU_ALPHA = 1.0
+LAMBDA0 = 30.0
+SIGMA0 = 1.0
+IOTA0 = 0.0
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
@@ -56,13 +62,13 @@ class DynamicStalenessWeight(ServerCallback):
 
     def __init__(
         self,
-        mu_alpha: float = 1.0,
-        lambda0: float = 30.0,
-        sigma0: float = 1.0,
-        iota0: float = 0.0,
-        lr_lambda: float = 1e-4,
-        lr_sigma: float = 1e-4,
-        lr_iota: float = 1e-4,
+        mu_alpha: float = MU_ALPHA,
+        lambda0: float = LAMBDA0,
+        sigma0: float = SIGMA0,
+        iota0: float = IOTA0,
+        lr_lambda: float = CONTROL_LR,
+        lr_sigma: float = CONTROL_LR,
+        lr_iota: float = CONTROL_LR,
     ) -> None:
         check_number("mu_alpha", mu_alpha, 0, open_min=True)
         check_number("lambda0", lambda0, 0, open_min=True)

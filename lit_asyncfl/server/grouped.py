@@ -15,6 +15,12 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
 
 
+# Defaults (FedCompass's), which its preset repeats by name.
+ALPHA = 0.9
+STALENESS_EXPONENT = 0.5
+LATEST_PER_CLIENT = True
+
+
 class GroupedDeltaStep(Aggregator):
     r"""Holds each accepted update under the key its scheduler routed it to, and aggregates what a scheduler
     releases: :math:`w \leftarrow w + \sum_i \frac{\alpha\, s(\tau_i)\, p_i}{N} \Delta_i`
@@ -42,7 +48,12 @@ class GroupedDeltaStep(Aggregator):
         (True, 0.9)
     """
 
-    def __init__(self, alpha: float = 0.9, staleness_exponent: float = 0.5, latest_per_client: bool = True) -> None:
+    def __init__(
+        self,
+        alpha: float = ALPHA,
+        staleness_exponent: float = STALENESS_EXPONENT,
+        latest_per_client: bool = LATEST_PER_CLIENT,
+    ) -> None:
         super().__init__(buffer_size=None)
         check_number("alpha", alpha, 0, open_min=True)
         check_number("staleness_exponent", staleness_exponent, 0)

@@ -11,6 +11,15 @@ from lit_asyncfl.checks import check_bool, check_int, check_number
 from lit_asyncfl.functional.wkafl import adaptive_lr, clip_norm, two_stage_aggregate
 from lit_asyncfl.server.aggregators import Aggregator
 
+# Defaults (the authors' MNIST script), which WKAFL's preset repeats by name.
+BUFFER_SIZE = 10
+SERVER_LR = 1.0
+MOMENTUM = 0.1
+FIRST_CLIP = 100.0
+SECOND_CLIP = 10.0
+THRESHOLD = 0.3
+CLIP_IN_PLACE = True
+
 if TYPE_CHECKING:
     from lit_asyncfl.core.server import Server
     from lit_asyncfl.core.update import ClientUpdate
@@ -49,15 +58,15 @@ class TwoStageWeightedStep(Aggregator):
 
     def __init__(
         self,
-        buffer_size: int = 10,
-        server_lr: float = 1.0,
-        momentum: float = 0.1,
-        first_clip: float = 100.0,
-        second_clip: float = 10.0,
-        threshold: float = 0.3,
+        buffer_size: int = BUFFER_SIZE,
+        server_lr: float = SERVER_LR,
+        momentum: float = MOMENTUM,
+        first_clip: float = FIRST_CLIP,
+        second_clip: float = SECOND_CLIP,
+        threshold: float = THRESHOLD,
         temperature: float = 10.0,
         lr_decay: float = 0.1,
-        clip_in_place: bool = True,
+        clip_in_place: bool = CLIP_IN_PLACE,
     ) -> None:
         check_int("buffer_size", buffer_size, 1)
         super().__init__(buffer_size)

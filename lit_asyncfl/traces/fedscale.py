@@ -4,6 +4,7 @@ differences with FedScale's own replay are in :mod:`lit_asyncfl.traces`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -30,10 +31,14 @@ def _load_pickle(path: Any, kind: str) -> dict[Any, Any]:
     return data
 
 
-def _entry(where: str, entry: Any, keys: tuple[str, ...]) -> dict[Any, Any]:
-    if not isinstance(entry, dict) or any(k not in entry for k in keys):
-        raise ValueError(f"{where}: expected a dict with the keys {list(keys)}, got {_short(entry)}")
-    return entry
+def _entries(path: Any, kind: str, keys: tuple[str, ...]) -> Iterator[tuple[str, Any, dict[Any, Any]]]:
+    """``(where, client id, entry)`` for every client of FedScale's ``kind`` pickle, each entry checked to be a dict
+    with ``keys`` (``where`` names the file and the client in messages)."""
+    for key, entry in _load_pickle(path, kind).items():
+        where = f"{path}, client {key!r}"
+        if not isinstance(entry, dict) or any(k not in entry for k in keys):
+            raise ValueError(f"{where}: expected a dict with the keys {list(keys)}, got {_short(entry)}")
+        yield where, key, entry
 
 
 def _times(where: str, name: str, value: Any) -> list[Any]:
@@ -55,9 +60,7 @@ def load_fedscale_behave_trace(path: str | os.PathLike[str]) -> AvailabilityTrac
             client and the value).
     """
     trace = _Availability(path)
-    for key, entry in _load_pickle(path, "client_behave_trace").items():
-        where = f"{path}, client {key!r}"
-        entry = _entry(where, entry, ("active", "inactive", "finish_time"))
+    for where, key, entry in _entries(path, "client_behave_trace", ("active", "inactive", "finish_time")):
         device = str(key)
         if device in trace.periods:
             raise ValueError(f"{where}: client {device!r} appears twice")
@@ -91,9 +94,7 @@ def load_fedscale_device_capacity(path: str | os.PathLike[str]) -> CapacityTrace
             client and the value).
     """
     trace = _Capacity(path)
-    for key, entry in _load_pickle(path, "client_device_capacity").items():
-        where = f"{path}, client {key!r}"
-        entry = _entry(where, entry, ("computation", "communication"))
+    for where, key, entry in _entries(path, "client_device_capacity", ("computation", "communication")):
         computation = _number(where, "computation", entry["computation"], positive=True)
         communication = _number(where, "communication", entry["communication"], positive=True, infinite=True)
         trace.add(where, str(key), computation / 1000.0, communication * KBIT_PER_SECOND)

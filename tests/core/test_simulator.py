@@ -1,8 +1,10 @@
-"""The design invariants, each against an independent computation."""
+"""The simulator: its event queue orders by (virtual time, sequence number); the design invariants, each against an
+independent computation."""
 
 from __future__ import annotations
 
 import copy
+import random
 
 import numpy as np
 import pytest
@@ -13,11 +15,41 @@ from conftest import global_weights, make_trainer, run
 
 import lit_asyncfl.trainer as trainer_module
 from lit_asyncfl.algorithms import FedAsync, FedAvg, FedBuff, FedProx
-from lit_asyncfl.core.seeding import derive_seed
+from lit_asyncfl.core.simulator import EventQueue
+from lit_asyncfl.core.update import derive_seed
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.devices import DeviceModel, UniformResponse
 from lit_asyncfl.models import LeNet5
 from lit_asyncfl.server import DeltaAverage
+
+
+def test_events_pop_in_time_order_whatever_the_push_order():
+    rng = random.Random(0)
+    times = [rng.choice([0.0, 1.5, 2.0, 7.25, 10.0]) + rng.random() * 0.01 * rng.randint(0, 1) for _ in range(200)]
+    q = EventQueue()
+    for i, t in enumerate(times):
+        q.push(t, "arrival", idx=i)
+    popped = [q.pop() for _ in range(len(times))]
+    expected = sorted(range(len(times)), key=lambda i: (times[i], i))  # time, then insertion order
+    assert [e.data["idx"] for e in popped] == expected
+
+
+def test_state_dict_round_trip_preserves_order_and_sequence():
+    q = EventQueue()
+    for t in [3.0, 1.0, 3.0, 2.0]:
+        q.push(t, "trigger")
+    q.pop()
+    restored = EventQueue()
+    restored.load_state_dict(q.state_dict())
+    assert [(e.time, e.seq) for e in restored] == [(e.time, e.seq) for e in q]
+    new = restored.push(3.0, "trigger")
+    assert new.seq == 4  # numbering continues after the restored events
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_bad_event_times_are_rejected(bad):
+    with pytest.raises(ValueError, match="event time must be finite and >= 0"):
+        EventQueue().push(bad, "arrival")
 
 
 def test_same_seed_gives_bit_identical_weights_and_another_seed_does_not(tmp_path):

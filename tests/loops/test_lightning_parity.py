@@ -40,7 +40,7 @@ from lit_asyncfl.core.server import Server
 from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
 from lit_asyncfl.data import PartitionedDataModule
 from lit_asyncfl.server import ModelAverage
-from lit_asyncfl.server.weights import DataSizeWeight
+from lit_asyncfl.server.aggregators import DataSizeWeight
 
 EPOCHS = 2
 

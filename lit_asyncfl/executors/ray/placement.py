@@ -365,7 +365,7 @@ class _Placement:
 
     def _checked(self, job_id: int, result: Any, merged: list[Any]) -> Any:
         """A parked job's result, unless its merge taught its worker other values than this process learned at its
-        request from the job's :class:`MergePoint` (then a :class:`_Failed` naming the callbacks)."""
+        request from the job's :class:`_MergePoint` (then a :class:`_Failed` naming the callbacks)."""
         learned = self._learned.pop(job_id, None)
         if learned is None or _same(learned, merged):
             return result
@@ -384,7 +384,7 @@ class _Placement:
 
         Its part before the request is parked on a worker (or here), or running (waited for), or not on a worker
         yet (then it goes first, to the next free trainer, with the answer, and its merge is computed there). A
-        parked job's merge is computed here, from the state the job had at its request (its :class:`MergePoint`),
+        parked job's merge is computed here, from the state the job had at its request (its :class:`_MergePoint`),
         and the rest of the job goes to where it is parked (part 2: it computes the merge again, checked against
         this one), to be collected at the job's arrival; without a point, the merge is computed where the job is
         parked and the rest trains on there (parts 3 and 4)."""

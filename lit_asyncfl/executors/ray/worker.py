@@ -90,7 +90,7 @@ class _Rest:
         self.seconds = 0.0
 
 
-class MergePoint:
+class _MergePoint:
     """A parked job's state at its request, all its merge reads: the module's flat weights and BatchNorm counts,
     the mini-batch of its last step, its random state and its step counters (``self.trainer``'s)."""
 
@@ -98,7 +98,7 @@ class MergePoint:
         self.weights, self.tracked, self.batch, self.rng, self.stand_in = weights, tracked, batch, rng, stand_in
 
     @classmethod
-    def of(cls, engine: Any, parts: Any, rng: Any) -> MergePoint | None:
+    def of(cls, engine: Any, parts: Any, rng: Any) -> _MergePoint | None:
         """The point of a job stopped at its request (``parts``: :meth:`FastEngine.train_parts`'s generator;
         ``None`` if its last batch cannot be read)."""
         inner = getattr(parts, "gi_yieldfrom", None)  # (FastEngine._run, suspended at the request)
@@ -166,9 +166,9 @@ class _JobRunner:
         self.join()
         return self.trainer.train_many(jobs, starts)
 
-    def first_part(self, job: ClientJob, start: Tensor, states: list[Any] | None) -> MergePoint | None:
+    def first_part(self, job: ClientJob, start: Tensor, states: list[Any] | None) -> _MergePoint | None:
         """Train a job up to its request and park it (its engine, its generator and its random state); returns the
-        job's state at its request (:class:`MergePoint`), from which the simulation's process computes what the
+        job's state at its request (:class:`_MergePoint`), from which the simulation's process computes what the
         merge teaches (``None`` where it cannot be read: the merge is then computed here, :meth:`merge`)."""
         from lit_asyncfl.engines.fast import first_part
         from lit_asyncfl.engines.kernels import OneDNN
@@ -186,7 +186,7 @@ class _JobRunner:
             raise
         rng = generator_state(self.device)
         self.parked[job.job_id] = (engine, parts, rng)
-        return MergePoint.of(engine, parts, rng)
+        return _MergePoint.of(engine, parts, rng)
 
     def merge(self, job: ClientJob, fresh: tuple[Tensor, int] | None) -> list[Any]:
         """Resume a parked job with the server's answer: what its merge taught the carried callbacks
@@ -255,7 +255,7 @@ class _JobRunner:
     def resume(self, job: ClientJob, fresh: tuple[Tensor, int] | None) -> tuple[ClientUpdate, list[Any], list[Any]]:
         """Finish a parked job with the server's answer, here and now: its update, what it taught the carried
         callbacks, and what its merge taught them (learned already in the simulation's process, from the job's
-        :class:`MergePoint`: handed back to be compared)."""
+        :class:`_MergePoint`: handed back to be compared)."""
         self.join()
         engine, parts, rng = self.parked.pop(job.job_id)
         rest = _Rest()
@@ -266,7 +266,7 @@ class _JobRunner:
         return (*rest.result, rest.merge)
 
     def learn_merge(
-        self, job: ClientJob, point: MergePoint, states: list[Any] | None, fresh: tuple[Tensor, int] | None
+        self, job: ClientJob, point: _MergePoint, states: list[Any] | None, fresh: tuple[Tensor, int] | None
     ) -> list[Any]:
         """What the merge of a job parked elsewhere teaches the carried callbacks, computed on this runner's engine
         from the job's state at its request (``point``) and the server's answer: the merge alone, as the parked
@@ -366,7 +366,7 @@ class _Worker:
 
     def first_part(
         self, job: ClientJob, start: _Wire, states: list[Any] | None = None
-    ) -> tuple[MergePoint | None, float]:
+    ) -> tuple[_MergePoint | None, float]:
         began = self._begin()
         assert self.runner is not None
         point = self.runner.first_part(job, start.tensor(), states)
