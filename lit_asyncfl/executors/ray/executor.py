@@ -170,10 +170,10 @@ class RayExecutor(_Placement):
         #: What the last run's executor did: ``jobs_remote`` (trained on workers), ``jobs_local`` (jobs that stay
         #: in this process), ``jobs_trained_locally`` (shipped jobs this process trained, ``train_locally``),
         #: ``jobs_recomputed``, ``worker_restarts``, ``max_results_waiting``, ``worker_seconds`` (the workers' time
-        #: spent training, summed; divided by wall time and workers it is their utilisation) and ``local_seconds``
-        #: (this process's, ``train_locally``), ``wait_seconds`` (this process's time waiting for a worker's
-        #: result) and ``request_seconds`` (its time at request events, until the merge's learning is back: waiting
-        #: or training), reported in the run summary.
+        #: spent training, summed; divided by wall time and workers it is their utilisation), ``local_seconds``
+        #: (this process's: ``train_locally``'s jobs and the merges of parked jobs), ``wait_seconds`` (this
+        #: process's time waiting for a worker's result) and ``request_seconds`` (its time at request events, until
+        #: the merge's learning is known: waiting or computing), reported in the run summary.
         self.stats: dict[str, float] = {}
         self._ray: Any = None
         self._workers: list[Any] = []

@@ -407,11 +407,14 @@ class _Placement:
         point = self._points.pop(job_id, None)
         learned = None
         if point is not None:
+            began = time.perf_counter()
             try:
                 with self._like_a_worker():
                     learned = self._merger().learn_merge(job, point, shipped.states, fresh)
             except Exception as error:  # the merge raised: the job fails at its request
                 return _Failed(error)
+            finally:
+                self.stats["local_seconds"] += time.perf_counter() - began
         del self._parked[job_id]
         due = job.dispatch_time + job.timing.total  # (about when its rest is needed: its arrival)
         part = 3 if learned is None else 2
