@@ -16,7 +16,7 @@ from torch import nn
 
 from lit_asyncfl.algorithms import PRESETS, FedCompass
 from lit_asyncfl.cli import FederatedCLI
-from lit_asyncfl.client import LocalTrainer
+from lit_asyncfl.client import ClientCallback, LocalTrainer
 from lit_asyncfl.client.sequential import SequentialExecutor
 from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
 from lit_asyncfl.data.shards import ClientShards
@@ -53,9 +53,8 @@ class ReversedExecutor(SequentialExecutor):
         self.compute_order = []
 
     def result(self, job_id, fresh=None):
-        if job_id in self._pending and self._pending[job_id][0].request_step is not None:
-            job, start = self._pending.pop(job_id)  # a request event: computed at its virtual time
-            return self.trainer.train(job, start, fresh)
+        if job_id in self._after:  # computed at its request event (SequentialExecutor.request), at its virtual time
+            return super().result(job_id)
         if job_id not in self.done:
             for jid in sorted(self._pending, reverse=True):
                 if self._pending[jid][0].request_step is not None:
@@ -64,6 +63,29 @@ class ReversedExecutor(SequentialExecutor):
                 self.compute_order.append(jid)
                 self.done[jid] = self.trainer.train(job, start)
         return self.done.pop(job_id)
+
+
+class FailAfterTheMerge(ClientCallback):
+    """The jobs ``jobs`` raise at their first local step after their merge (FedASMU's fresh-model merge), wherever
+    they train (a worker's copy holds its job's merge too). In the simulation's process it records each dropped job
+    (``drops``: job id, virtual time of the drop from ``clock``, the job's request and arrival times)."""
+
+    runs_on_workers = True
+    clock = None  # () -> the run's virtual time, set by the test (a class attribute: it stays in this process)
+
+    def __init__(self, jobs=()):
+        self.jobs, self.merged, self.drops = set(jobs), set(), []
+
+    def on_fresh_model(self, trainer, job, fresh_weights, fresh_version, batch):
+        if job.job_id in self.jobs:
+            self.merged.add(job.job_id)
+
+    def on_after_backward(self, trainer, job):
+        if job.job_id in self.merged:
+            raise RuntimeError(f"boom after the merge of job {job.job_id}")
+
+    def on_job_dropped(self, job, reason):
+        self.drops.append((job.job_id, FailAfterTheMerge.clock(), job.request_time, job.arrival_time))
 
 
 class BatchNormNet(ClassificationModule):

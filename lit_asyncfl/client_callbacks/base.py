@@ -86,7 +86,11 @@ class ClientCallback:
     ) -> None:
         """Called at the requested step when the server had a newer model (version ``fresh_version`` >
         ``job.base_version``); ``batch`` is the mini-batch of the last local step. The module's weights
-        (``trainer.flat.flat``) may be modified in place; training then continues from them."""
+        (``trainer.flat.flat``) may be modified in place; training then continues from them. What the merge
+        teaches state shared across jobs is learned at the job's request event (:meth:`merge_result`,
+        :meth:`commit_merge_result`; FedASMU's :class:`~lit_asyncfl.client_callbacks.FreshModelMerge`): it must
+        depend only on the module's weights and buffers, ``batch``, the random generators and the step counters
+        (the Ray executor computes it from those, and checks it against the worker's)."""
 
     def loss_term(self, trainer: FastEngine, job: ClientJob, batch: Any) -> Tensor | None:
         """Called after ``training_step`` returned the loss of ``batch`` and before ``backward``: a tensor returned
@@ -128,6 +132,17 @@ class ClientCallback:
             values = getattr(self, name)
             values.pop(job.client, None)
             values.update(entry)
+
+    def merge_result(self, job: ClientJob) -> Any:
+        """On a worker, right after the job's ``on_fresh_model`` (or at its request when the server had nothing
+        newer): what the merge taught the state shared across jobs, for :meth:`commit_merge_result` at the job's
+        request event (the rest of the job trains meanwhile; default: nothing)."""
+        return None
+
+    def commit_merge_result(self, job: ClientJob, result: Any) -> None:
+        """In the simulation's process, at the job's request event: apply :meth:`merge_result`'s value, as
+        ``on_fresh_model`` would have here. It stays even when the rest of the job raises (the job then fails at
+        its arrival event)."""
 
     def personal_weights(self, client: int) -> Tensor | None:
         """The flat weights of ``client``'s own (personal) model, when the callback keeps one (Ditto's

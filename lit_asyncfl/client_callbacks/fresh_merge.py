@@ -58,6 +58,14 @@ class FreshModelMerge(ClientCallback):
     included) nor the random stream. The merge jump :math:`w_a - w_b` is recorded in ``update.info`` so that
     the server can tell local training from merging.
 
+    What the merge teaches (:math:`\gamma_i, \upsilon_i` and the slot policy's reward) is learned at the merge, i.e.
+    at the job's request event, under every executor (on a Ray worker it is handed back by :meth:`merge_result` and
+    learned by :meth:`commit_merge_result`; the simulation's process computes it from the job's state at its request
+    while the worker trains the rest): later dispatches read it. A job that raises after its merge keeps what the
+    merge taught and fails at its arrival event (dropped there, or the run stops there); one that raises before or
+    in its merge, or whose merge gives non-finite values, teaches nothing. A job to which the server had nothing
+    newer teaches nothing either (its slot plan is forgotten).
+
     Args:
         mu_beta: :math:`\mu_\beta`.
         gamma0: Initial :math:`\gamma_i` of every device.
@@ -97,8 +105,8 @@ class FreshModelMerge(ClientCallback):
         self.lr_upsilon = lr_upsilon
         self.selector = selector if selector is not None else TimeSlotSelector()
         self._controls: dict[int, tuple[float, float]] = {}
-        #: What a job's merge taught, until the job ends (never at an event boundary, so never checkpointed).
-        self._learned: dict[int, tuple[tuple[float, float], float]] = {}
+        #: On a worker's copy: what a job's merge taught, until :meth:`merge_result` hands it back.
+        self._merged: dict[int, tuple[tuple[float, float], float] | None] = {}
 
     def controls(self, client: int) -> tuple[float, float]:
         """Current :math:`(\\gamma_i, \\upsilon_i)` of a device."""
@@ -138,23 +146,23 @@ class FreshModelMerge(ClientCallback):
         d_gamma, d_upsilon = fedasmu_beta_grads(gamma, upsilon, fresh_version, job.base_version, self.mu_beta, inner)
         controls = (gamma - self.lr_gamma * d_gamma, upsilon - self.lr_upsilon * d_upsilon)
         reward = loss_before - float(loss_after.detach())
-        self._learned[job.job_id] = (controls, reward)  # applied when the job ends: a job that raises teaches nothing
+        learned: tuple[tuple[float, float], float] | None = (controls, reward)
+        if not all(math.isfinite(v) for v in (*controls, reward)):
+            learned = None  # a diverged job (NaN/inf loss) teaches the controls and the slot policy nothing
+            trainer.job_info["fresh_merge_learning"] = "skipped: non-finite"
         trainer.job_info.update(beta=beta, reward=reward, fresh_version=fresh_version, merge_jump=merged - before)
+        if self._on_worker:  # a worker's copy: handed back by merge_result, learned where the simulation runs
+            self._merged[job.job_id] = learned
+        else:  # learned at the merge, i.e. at the job's request event: it stays if the rest of the job raises
+            self.commit_merge_result(job, learned)
 
     def on_train_end(self, trainer: FastEngine, job: ClientJob, update: ClientUpdate) -> None:
-        """Learn from the job's merge — in the same computation as the merge, so no other job sees the difference
-        — only now that the job finished, and only from finite values (on a worker's copy: kept for
-        :meth:`job_result`, and learned where the job is consumed)."""
-        learned = self._learned.pop(job.job_id, None)
-        if learned is not None and not all(math.isfinite(v) for v in (*learned[0], learned[1])):
-            learned = None  # a diverged job (NaN/inf loss) teaches the controls and the slot policy nothing
-            update.info["fresh_merge_learning"] = "skipped: non-finite"
-        if self._on_worker:
-            self._results[job.job_id] = learned
-        else:
-            self.commit_job_result(job, learned)
+        """A job without a merge (the server had nothing newer at its request) teaches nothing: its slot plan is
+        forgotten (a merged job's was learned at the merge)."""
+        if not self._on_worker:
+            self.selector.forget(job.job_id)
 
-    #: A worker's copy (:meth:`load_job_state` was called): what a job learns is handed back, not learned here.
+    #: A worker's copy (:meth:`load_job_state` was called): what a merge learns is handed back, not learned here.
     _on_worker = False
     carries_state = True  # gamma_i, upsilon_i travel with the job; the slot policy learns here, from what comes back
 
@@ -163,21 +171,27 @@ class FreshModelMerge(ClientCallback):
         return self.controls(job.client)
 
     def load_job_state(self, job: ClientJob, state: tuple[float, float]) -> None:
-        self._on_worker, self._controls, self._results = True, {job.client: state}, {}
+        self._on_worker, self._controls, self._merged = True, {job.client: state}, {}
 
-    def job_result(self, job: ClientJob) -> tuple[tuple[float, float], float] | None:
+    def merge_result(self, job: ClientJob) -> tuple[tuple[float, float], float] | None:
         """The controls and reward the job's merge learned (``None``: nothing to learn)."""
-        return self._results.pop(job.job_id, None)
+        return self._merged.pop(job.job_id, None)
 
-    def commit_job_result(self, job: ClientJob, result: tuple[tuple[float, float], float] | None) -> None:
+    def commit_merge_result(self, job: ClientJob, result: tuple[tuple[float, float], float] | None) -> None:
         if result is None:  # no newer model at the request (or non-finite values): nothing to learn from
             self.selector.forget(job.job_id)
             return
         self._controls[job.client], reward = result
         self.selector.reward(job.job_id, reward)
 
+    def job_result(self, job: ClientJob) -> None:
+        """Nothing: what a job teaches is learned at its merge (:meth:`merge_result`)."""
+        return None
+
+    def commit_job_result(self, job: ClientJob, result: None) -> None:
+        self.selector.forget(job.job_id)  # (a merged job's plan is gone already)
+
     def on_job_dropped(self, job: ClientJob, reason: str) -> None:
-        self._learned.pop(job.job_id, None)
         self.selector.forget(job.job_id)
 
     def state_dict(self) -> dict[str, Any]:

@@ -75,7 +75,7 @@ class JobLifecycle:
         self.model_bytes = model_bytes
         self.busy = np.zeros(self.num_clients, dtype=bool)
         self.in_flight: dict[int, ClientJob] = {}
-        self.ready: dict[int, ClientUpdate] = {}  # updates computed at a request event, waiting for arrival
+        self.ready: dict[int, ClientUpdate] = {}  # updates of jobs past their request, settled for a checkpoint
         self.waiting: dict[int, tuple[ClientJob, ClientUpdate]] = {}  # arrived, waiting for the server
         #: Until when the server is busy with an update (see :meth:`_serve`); arrivals meanwhile wait.
         self.server_busy_until = 0.0
@@ -199,9 +199,10 @@ class JobLifecycle:
     def _request(self, job_id: int) -> None:
         """A device asks for the global model current now; it gets it only if newer than its start model.
 
-        The job is computed here, at the request's virtual time, because what the device learns from the merge
-        (e.g. FedASMU's reward) may update shared state that later dispatches read. A job that will be lost before
-        its update arrives is not computed: nothing learns from it.
+        The executor learns from the job's merge here (``executor.request``), at the request's virtual time,
+        because what the device learns from it (e.g. FedASMU's reward) may update shared state that later
+        dispatches read; the rest of the job is consumed at its arrival (an error after the merge fails the job
+        there). A job that will be lost before its update arrives is not computed: nothing learns from it.
         """
         job = self.in_flight[job_id]
         server = self.server
@@ -215,20 +216,24 @@ class JobLifecycle:
             self.queue.push(job.drop_time, "drop", job_id=job_id)
             return
         fresh = (server.weights, server.version) if newer else None
-        update = self._job_result(job, fresh)  # first: a failure leaves the state untouched
-        if update is None:
+        if self._job_result(job, fresh, request=True) is None:  # first: a failure leaves the state untouched
             return
         if newer:
             job.fresh_version = server.version
             server.stats.bytes_down += self.model_bytes
-        self.ready[job_id] = update
         job.arrival_time = arrival
         self.queue.push(job.arrival_time, "arrival", job_id=job_id)
 
-    def _job_result(self, job: ClientJob, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate | None:
-        """The job's update from the executor; on an exception in the job, raise :class:`ClientJobError` or (with
-        ``on_client_error="drop"``) drop the job and return ``None``."""
+    def _job_result(
+        self, job: ClientJob, fresh: tuple[Tensor, int] | None = None, request: bool = False
+    ) -> ClientUpdate | bool | None:
+        """The job's update from the executor (``request``: its request's part, the merge, then ``True``); on an
+        exception in the job, raise :class:`ClientJobError` or (with ``on_client_error="drop"``) drop the job and
+        return ``None``."""
         try:  # (client callbacks learn from a job in on_train_end, which a job that raises never reaches)
+            if request:
+                self.executor.request(job.job_id, fresh)
+                return True
             return self.executor.result(job.job_id, fresh=fresh)
         except Exception as error:
             if _is_storage_error(error):  # the run's disk, not the client: never dropped, never blamed on it

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
 import torch
 
+from lit_asyncfl.core.jobs import _is_storage_error
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 
 
@@ -16,8 +18,11 @@ class SimulatorCheckpoint:
     :class:`~lit_asyncfl.core.simulator.Simulator`)."""
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue the simulation exactly (plain values and tensors only)."""
+        """Everything needed to continue the simulation exactly (plain values and tensors only). The jobs past
+        their request are settled first: their updates (or errors) are fetched from the executor and kept."""
+        failed = self._settle_requests()
         return {
+            "failed_after_request": failed,
             "server": self.server.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "client_callbacks": {cb.state_key: cb.state_dict() for cb in self.client_callbacks},
@@ -38,6 +43,25 @@ class SimulatorCheckpoint:
             "wake_at": self.wake_at,
             **({} if self.client_state is None else {"client_state": self.client_state.state_dict()}),
         }
+
+    def _settle_requests(self) -> dict[int, str]:
+        """Wait for the update of every job past its request (learned from at its request event; the rest of it
+        may still train on a worker) and keep it in ``ready``, as it goes into the checkpoint; a job that raised
+        after its request fails at its arrival: its error, as text (the value of the checkpoint's
+        ``failed_after_request``)."""
+        failed = {}
+        for job_id, job in self.in_flight.items():
+            if job.request_step is None or math.isnan(job.arrival_time) or job_id in self.ready:
+                continue
+            if not self._will_train(job):  # lost before its arrival: never computed
+                continue
+            try:
+                self.ready[job_id] = self.executor.result(job_id)
+            except Exception as error:
+                if _is_storage_error(error):
+                    raise
+                failed[job_id] = f"{type(error).__name__}: {error}"
+        return failed
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state produced by :meth:`state_dict` (after :meth:`start` was *not* called)."""
@@ -66,9 +90,13 @@ class SimulatorCheckpoint:
         self.server_busy_until = float(state["server_busy_until"])
         self.holding = bool(state.get("holding", False))
         self.wake_at = None if state.get("wake_at") is None else float(state["wake_at"])
+        failed = {int(k): str(v) for k, v in state.get("failed_after_request", {}).items()}
         for job_state in sorted(state["in_flight"], key=lambda s: s["job_id"]):
             job = ClientJob.from_state_dict(job_state)
             self.in_flight[job.job_id] = job
             self._hold_snapshot(job.base_version, state["snapshots"][job.base_version])
-            if job.job_id not in self.ready and self._will_train(job):
+            if job.job_id in failed:  # it raised after its request, before the checkpoint: it fails at its arrival
+                error = RuntimeError(f"before the checkpoint, after its request: {failed[job.job_id]}")
+                self.executor.submit_failed(job, self.snapshots[job.base_version], error)
+            elif job.job_id not in self.ready and self._will_train(job):
                 self.executor.submit(job, self.snapshots[job.base_version])

@@ -9,12 +9,14 @@ from typing import ClassVar
 
 import pytest
 import torch
+from builders import FailAfterTheMerge
 from conftest import global_weights, make_trainer
 
 from lit_asyncfl.algorithms import FedAsync, FedAvg
 from lit_asyncfl.core.simulator import ClientJobError
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.models import LogisticRegression
+from lit_asyncfl.server.base import ServerCallback
 
 
 class Flaky(LogisticRegression):
@@ -297,35 +299,63 @@ def test_a_model_that_does_not_fit_the_data_is_refused_at_fit_start_naming_both(
         trainer.fit(model(), datamodule=DigitsDataModule())
 
 
-def test_a_fedasmu_job_failing_after_its_merge_leaves_no_trace_and_the_resume_is_exact(tmp_path, flaky):
-    """The merge at the request updates FedASMU's controls and slot policy mid-job; a later step raises. The
-    checkpoint must hold the state before the job's request event, so the replayed event learns once."""
+class MergedJobs(ServerCallback):
+    """Records the jobs that merged a fresh model and trained on after it."""
+
+    def __init__(self):
+        self.jobs = []
+
+    def on_aggregated(self, server, updates):
+        self.jobs += [u.job.job_id for u in updates if "beta" in u.info and u.job.request_step < u.job.num_steps]
+
+
+def fedasmu_failing_after_the_merge(tmp_path, name, failing=(), ckpt_path=None, model=None, **kwargs):
+    """A small FedASMU run whose jobs ``failing`` raise right after their merge: the trainer, the callback that
+    records the drops and the jobs that merged and trained on."""
     from lit_asyncfl.algorithms import FedASMU
-    from lit_asyncfl.client import ClientCallback
 
-    class FailAfterTheMerge(ClientCallback):  # when armed, the first job that merges fails at its next step
-        armed = failed = False
+    algo = FedASMU(clients_per_trigger=3, max_parallel=4, num_slots=3, epsilon=0.5, lr_gamma=1e-2)
+    fail, merged = FailAfterTheMerge(failing), MergedJobs()
+    algo.client_callbacks.append(fail)
+    algo.server_callbacks.append(merged)
+    kwargs.setdefault("max_versions", 20)
+    trainer = make_trainer(tmp_path / name, algo, **kwargs)
+    FailAfterTheMerge.clock = lambda: trainer.simulator.now
+    torch.manual_seed(0)
+    model = model or LogisticRegression(input_dim=64)
+    trainer.fit(model, datamodule=DigitsDataModule(), ckpt_path=ckpt_path)
+    return trainer, fail, merged.jobs
 
-        def on_fresh_model(self, trainer, job, fresh_weights, fresh_version, batch):
-            if self.armed and not self.failed and job.request_step < job.num_steps:
-                FailAfterTheMerge.failed = True
-                flaky.fail_at = {flaky.steps + 1}
 
-    def fit(name, armed, ckpt_path=None):
-        algo = FedASMU(clients_per_trigger=3, max_parallel=4, num_slots=3, epsilon=0.5, lr_gamma=1e-2)
-        algo.client_callbacks.append(FailAfterTheMerge())  # after the merge: it has learned when the job fails
-        FailAfterTheMerge.armed = armed
-        flaky.steps = 0
-        trainer = make_trainer(tmp_path / name, algo, max_versions=20)
-        torch.manual_seed(0)
-        trainer.fit(Flaky(input_dim=64), datamodule=DigitsDataModule(), ckpt_path=ckpt_path)
-        return trainer
+def test_a_fedasmu_job_failing_after_its_merge_keeps_what_the_merge_taught_and_fails_at_its_arrival(
+    tmp_path, monkeypatch
+):
+    """The merge at the request teaches FedASMU's slot policy and the client's controls; the rest of the job
+    trains until its arrival. A job that raises after its merge keeps what its merge taught (learned at its request
+    event) and fails at its arrival event: dropped there, or the run stops there with a checkpoint that holds the
+    failure, so that a resumed run fails the job at the same event (issue 30; before, the job failed at its
+    request and its merge taught nothing)."""
+    from lit_asyncfl.rl import TimeSlotSelector
 
-    healthy = fit("healthy", armed=False)
-    with pytest.raises(ClientJobError):
-        fit("failing", armed=True)
-    assert FailAfterTheMerge.failed
-    flaky.fail_at = set()
-    last = next((tmp_path / "failing").rglob("last.ckpt"))
-    resumed = fit("resumed", armed=False, ckpt_path=str(last))
-    assert torch.equal(global_weights(resumed), global_weights(healthy))
+    rewarded = []
+    reward = TimeSlotSelector.reward
+    monkeypatch.setattr(TimeSlotSelector, "reward", lambda self, j, r: rewarded.append(j) or reward(self, j, r))
+    _, _, merged = fedasmu_failing_after_the_merge(tmp_path, "healthy")
+    failing = sorted(merged)[len(merged) // 2]
+    rewarded.clear()
+    dropped, fail, _ = fedasmu_failing_after_the_merge(tmp_path, "drop", {failing}, on_client_error="drop")
+    assert failing in rewarded  # learned at its request event
+    [(job_id, when, request, arrival)] = fail.drops
+    assert job_id == failing and when == arrival > request  # dropped at its arrival event
+    assert dropped.summary["drop_reasons"] == {"client_error": 1}
+
+    message = rf"the job {failing} .* raised RuntimeError: boom after the merge of job {failing}"
+    with pytest.raises(ClientJobError, match=message):
+        fedasmu_failing_after_the_merge(tmp_path, "failing", {failing})
+    last = str(next((tmp_path / "failing").rglob("last.ckpt")))
+    resumed, fail, _ = fedasmu_failing_after_the_merge(tmp_path, "resumed", ckpt_path=last, on_client_error="drop")
+    assert [d[0] for d in fail.drops] == [failing]
+    assert torch.equal(global_weights(resumed), global_weights(dropped))
+    again = rf"the job {failing} .* before the checkpoint, after its request: RuntimeError: boom after the merge"
+    with pytest.raises(ClientJobError, match=again):
+        fedasmu_failing_after_the_merge(tmp_path, "again", ckpt_path=last)

@@ -167,6 +167,23 @@ def test_a_killed_worker_is_replaced_and_its_jobs_recomputed_with_the_same_resul
     assert torch.equal(global_weights(on_ray), global_weights(sequential))
 
 
+@pytest.mark.parametrize("at_event", [4, 9])
+def test_a_killed_worker_with_fedasmu_jobs_parked_on_it_is_replaced_with_the_same_result(tmp_path, cluster, at_event):
+    """Jobs parked at their request, their merges learned here and their rests waiting for the worker that died:
+    trained again whole, with the same answer, their merges not learned twice."""
+
+    def slow(seed=0):
+        torch.manual_seed(seed)
+        return SlowLeNet(lr=0.05)
+
+    sequential = fit(tmp_path / "seq", "fedasmu", model=slow(), num_clients=20, max_versions=4)
+    executor = RayExecutor(num_workers=2)
+    kill = KillAWorker(executor, at_event=at_event)
+    on_ray = fit(tmp_path / "ray", "fedasmu", executor, model=slow(), num_clients=20, max_versions=4, callbacks=[kill])
+    assert kill.killed == 1 and on_ray.summary["executor"]["worker_restarts"] == 1
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+
+
 def test_the_cohort_engine_on_ray_is_deterministic_and_agrees_with_the_sequential_cohort(tmp_path, cluster):
     def cohort_run(name, executor):
         return fit(tmp_path / name, "fedbuff", executor, engine="cohort", num_clients=20, max_versions=6)
@@ -423,3 +440,47 @@ def test_a_job_that_raises_while_trained_locally_fails_the_run_as_sequentially(t
     with pytest.raises(ClientJobError, match=r"raised ValueError: broken here") as caught:
         fit(tmp_path, "fedasync", executor, model=BrokenHere(os.getpid()), num_clients=40, max_versions=20)
     assert isinstance(caught.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize("executor", ["workers", "here"])
+def test_a_fedasmu_job_failing_after_its_merge_fails_at_its_arrival_as_sequentially(
+    tmp_path, cluster, monkeypatch, executor
+):
+    """On Ray the merge's learning comes back while the rest of the job trains on its worker (or here, with
+    ``train_locally``): a job that raises after its merge keeps what the merge taught and is dropped at its arrival,
+    as sequentially; a checkpoint written while its failure waits for its arrival resumes on either executor."""
+    from core.test_job_failures import fedasmu_failing_after_the_merge
+
+    from lit_asyncfl.core.simulator import ClientJobError
+    from lit_asyncfl.rl import TimeSlotSelector
+
+    def ray_executor():
+        return RayExecutor(num_workers=2) if executor == "workers" else RayExecutor(num_workers=1, train_locally=True)
+
+    def run(name, failing=(), executor=None, **kwargs):
+        kwargs.setdefault("max_versions", 8)
+        if executor is not None:
+            kwargs["executor"] = executor
+        return fedasmu_failing_after_the_merge(tmp_path, name, failing, model=LeNet5(lr=0.05), **kwargs)
+
+    rewarded = []
+    reward = TimeSlotSelector.reward
+    monkeypatch.setattr(TimeSlotSelector, "reward", lambda self, j, r: rewarded.append(j) or reward(self, j, r))
+    _, _, merged = run("healthy")
+    failing = sorted(merged)[len(merged) // 2]
+    rewarded.clear()
+    sequential, fail, _ = run("seq", {failing}, on_client_error="drop")
+    drops, learned = fail.drops, list(rewarded)
+    rewarded.clear()
+    on_ray, fail, _ = run("ray", {failing}, ray_executor(), on_client_error="drop")
+    assert failing in learned and rewarded == learned  # learned at the request event, in the same order
+    assert fail.drops == drops and drops[0][1] == drops[0][3]  # dropped at its arrival
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+    assert on_ray.summary["executor"]["jobs_local"] == 0
+
+    with pytest.raises(ClientJobError, match=rf"boom after the merge of job {failing}"):
+        run("failing", {failing}, ray_executor())
+    last = str(next((tmp_path / "failing").rglob("last.ckpt")))
+    resumed, fail, _ = run("resumed", ckpt_path=last, on_client_error="drop")
+    assert [d[0] for d in fail.drops] == [failing]
+    assert torch.equal(global_weights(resumed), global_weights(sequential))

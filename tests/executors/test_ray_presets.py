@@ -104,9 +104,11 @@ def test_a_run_with_carried_state_resumes_exactly_across_executors(tmp_path, loc
     assert torch.equal(global_weights(resumed), global_weights(full))
 
 
-def test_a_job_parked_at_its_request_while_another_trains_ends_as_if_trained_whole():
-    """Two parts on a _JobRunner (the first, another job trained whole on the same runner, then the rest with the
-    server's answer) give the engine's one-go training: the same weights and what FedASMU's merge learned."""
+@pytest.mark.parametrize("background", [False, True], ids=["here", "worker"])
+def test_a_job_parked_at_its_request_while_another_trains_ends_as_if_trained_whole(background):
+    """Parts on a _JobRunner (the first, another job trained whole on the same runner, the merge with the server's
+    answer, then the rest: on a worker in a thread while another job waits for it) give the engine's one-go
+    training: the same weights and what FedASMU's merge learned, handed back at the merge."""
     from lit_asyncfl.core.update import ClientJob, JobTiming
     from lit_asyncfl.executors.factory import make_local_trainer
     from lit_asyncfl.executors.ray.worker import _JobRunner
@@ -131,15 +133,19 @@ def test_a_job_parked_at_its_request_while_another_trains_ends_as_if_trained_who
 
     first, second = job(0, 1), job(1, 2)
     states = [merge.job_state(first)], [merge.job_state(second)]
-    runner = _JobRunner(engine([merge]))
+    runner = _JobRunner(engine([merge]), background=background)
     runner.first_part(first, start, states[0])
     other, _ = runner.train(second, start, states[1])
-    parted, learned = runner.next_part(first, fresh)
+    learned = runner.merge(first, fresh)
     assert learned[0] is not None and merge.controls(1) == (merge.gamma0, merge.upsilon0)  # not learned here
+    again, _ = runner.train(second, start, states[1])  # (on a worker: after the rest, which trains meanwhile)
+    parted, results = runner.rest(first)
+    assert results == [None] and not runner.rests and not runner.parked
     whole = engine([merge]).train(first, start, fresh)  # the sequential way (learns: the run's own callback)
     assert torch.equal(parted.weights, whole.weights) and parted.info["beta"] == whole.info["beta"]
     assert merge.controls(1) == learned[0][0]
     assert torch.equal(other.weights, engine([merge]).train(second, start, None).weights)
+    assert torch.equal(again.weights, other.weights)
 
 
 def test_jobs_that_must_stay_in_this_process_are_named_at_fit_start(tmp_path, local_ray, caplog):

@@ -13,6 +13,7 @@ import heapq
 import itertools
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ from lit_asyncfl.executors.ray.worker import (
     carried,
     detached,
 )
+from lit_asyncfl.executors.sequential import train_requested
 
 log = logging.getLogger("lit_asyncfl")
 
@@ -76,11 +78,13 @@ class RayExecutor(_Placement):
     DP): a job carries its client's part of the state to the worker (read when it is shipped; a later job of the
     same client is never shipped before it is consumed) and brings what it learned back, committed when its update
     is consumed, where the sequential executor learns it; the client state store stays here, its single owner. A job
-    that asks the server mid-training (FedASMU's fresh-model request) trains in two parts with the ``fast`` engine:
-    up to its request as soon as it is shipped, parked on its worker with an engine of its own, then the rest, with
-    the server's answer, when the simulation reaches the request event. What stays in the simulation's process
-    (computed at its event, counted in :attr:`stats` as ``jobs_local``, named by a warning at the start): every job
-    of a run with a callback that declares neither ``runs_on_workers`` nor ``carries_state``, and jobs with a
+    that asks the server mid-training (FedASMU's fresh-model request) trains in parts with the ``fast`` engine: up
+    to its request as soon as it is shipped, parked on its worker with an engine of its own; at the request event
+    this process computes the merge from the job's state at its request and learns from it (:meth:`request`); the
+    rest, with the server's answer, trains on the job's worker and is collected at the job's arrival (an error
+    raised after the request fails the job there, as with the sequential executor). What stays in the simulation's
+    process (computed at its event, counted in :attr:`stats` as ``jobs_local``, named by a warning at the start):
+    every job of a run with a callback that declares neither ``runs_on_workers`` nor ``carries_state``, and jobs with a
     request under the ``lightning`` engine (trained whole at the request event).
 
     Determinism: on CPU with the ``fast`` or ``lightning`` engine the final weights equal the sequential executor's
@@ -166,9 +170,10 @@ class RayExecutor(_Placement):
         #: What the last run's executor did: ``jobs_remote`` (trained on workers), ``jobs_local`` (jobs that stay
         #: in this process), ``jobs_trained_locally`` (shipped jobs this process trained, ``train_locally``),
         #: ``jobs_recomputed``, ``worker_restarts``, ``max_results_waiting``, ``worker_seconds`` (the workers' time
-        #: spent training, summed; divided by wall time and workers it is their utilisation) and ``local_seconds``
-        #: (this process's, ``train_locally``) and ``wait_seconds`` (this process's time waiting for a worker's
-        #: result), reported in the run summary.
+        #: spent training, summed; divided by wall time and workers it is their utilisation), ``local_seconds``
+        #: (this process's: ``train_locally``'s jobs and the merges of parked jobs), ``wait_seconds`` (this
+        #: process's time waiting for a worker's result) and ``request_seconds`` (its time at request events, until
+        #: the merge's learning is known: waiting or computing), reported in the run summary.
         self.stats: dict[str, float] = {}
         self._ray: Any = None
         self._workers: list[Any] = []
@@ -229,7 +234,7 @@ class RayExecutor(_Placement):
         ]
         self._ship_all = not local
         self._carried = carried(callbacks)  # (the run's own: they commit what the jobs bring back)
-        self._parts = hasattr(self._local, "train_parts")  # jobs with a request go in two parts (the fast engine)
+        self._parts = hasattr(self._local, "train_parts")  # jobs with a request go in parts (the fast engine)
         requests = [type(cb).__name__ for cb in callbacks if type(cb).request_step is not ClientCallback.request_step]
         stay = []
         if local:
@@ -271,20 +276,29 @@ class RayExecutor(_Placement):
         self._order = itertools.count()
         self._trained_here: set[int] = set()  # jobs this process trained (train_locally), until consumed
         self._parked: dict[int, tuple[int, Any]] = {}  # job id -> (worker index or -1: here, actor): first part done
+        self._merged: dict[int, list[Any]] = {}  # job id -> what its merge taught, until its request event takes it
+        self._points: dict[int, Any] = {}  # job id -> its state at its request (parked), until its request event
+        self._learned: dict[int, list[Any]] = {}  # job id -> what its merge taught here, to check the worker's
+        self._after: dict[int, ClientUpdate | Exception] = {}  # jobs trained here at their request, or failed after
         self._stay: set[int] = set()  # jobs computed here, at their events
-        self._here = None
-        if self.train_locally:  # shipped jobs trained here: with copies of the callbacks, from the module as it is now
+        self._here = self._merge_runner = None
+        # shipped jobs trained here (train_locally), and the merges of parked jobs computed here (jobs with a
+        # request): with copies of the callbacks, from the module as it is now, with the workers' thread count
+        if self.train_locally or (requests and self._parts and self._ship_all):
             threads = torch.get_num_threads()
             torch.set_num_threads(self._threads)
             try:
-                self._here = _JobRunner(make_trainer(self._device))
+                runner = _JobRunner(make_trainer(self._device))
             finally:
                 torch.set_num_threads(threads)
+            self._here = runner if self.train_locally else None
+            self._merge_runner = runner
         self.stats = dict.fromkeys(
             ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
              "max_results_waiting"), 0,
         )  # fmt: skip
-        self.stats["worker_seconds"] = self.stats["local_seconds"] = self.stats["wait_seconds"] = 0.0
+        for key in ("worker_seconds", "local_seconds", "wait_seconds", "request_seconds"):
+            self.stats[key] = 0.0
         return self
 
     def _default_workers(self, ray: Any) -> int:
@@ -319,7 +333,8 @@ class RayExecutor(_Placement):
         self._shipped, self._done, self._queue, self._versions, self._trained_here = {}, {}, [], {}, set()
         self._waiting, self._running = [], {}
         self._pending, self._trainer_ref = {}, None  # nothing of the run stays alive
-        self._parked, self._stay, self._here = {}, set(), None
+        self._parked, self._stay, self._here, self._merged, self._after = {}, set(), None, {}, {}
+        self._points, self._learned, self._merge_runner = {}, {}, None
         if self._workers and self.reuse_workers:
             for worker in self._workers:
                 worker.unload.remote()
@@ -357,6 +372,15 @@ class RayExecutor(_Placement):
         self._done.pop(job_id, None)
         self._trained_here.discard(job_id)
         self._stay.discard(job_id)
+        self._merged.pop(job_id, None)
+        self._after.pop(job_id, None)
+        self._points.pop(job_id, None)
+        self._learned.pop(job_id, None)
+        if shipped is not None and shipped.part == 2 and shipped.ref is None:  # parked, its rest not placed yet
+            if shipped.worker < 0:
+                self._here.discard(job_id)
+            else:
+                shipped.actor.discard.remote(job_id)
         worker, actor = self._parked.pop(job_id, (None, None))
         if worker is not None and worker < 0:
             self._here.discard(job_id)
@@ -367,9 +391,44 @@ class RayExecutor(_Placement):
             heapq.heapify(self._queue)
         self._fill()
 
-    def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
-        """The job's update: from its worker, or computed here for jobs that stay in this process."""
+    def submit_failed(self, job: ClientJob, start_weights: Tensor, error: Exception) -> None:
+        """Register a job that already raised after its request (a resumed run): it raises ``error`` at its
+        arrival."""
+        self._pending[job.job_id] = (job, start_weights)
+        self._after[job.job_id] = error
+
+    def request(self, job_id: int, fresh: tuple[Tensor, int] | None) -> None:
+        """A job's request event (``fresh``: the server's answer): what its merge taught is learned now, as soon as
+        the merge is done; the rest of the job trains on, on its worker, and is collected by :meth:`result` at the
+        job's arrival (an error raised there is raised then). Raises what the job raised up to its merge."""
         job, start = self._pending[job_id]
+        if job_id in self._stay:  # trained here, whole, now (as the sequential executor does)
+            self._after[job_id] = train_requested(self._local_trainer(), job, start, fresh)
+            return
+        if job_id not in self._shipped:
+            self._ship([job_id], place=not self.train_locally)  # needed now: shipped even when the window is full
+        began = time.perf_counter()
+        value = self._merge(job_id, fresh)
+        self.stats["request_seconds"] += time.perf_counter() - began
+        if isinstance(value, _Failed):  # the job stays pending, as sequentially (asked again, it is shipped again)
+            self._fill()
+            raise value.error
+        for cb, result in zip(self._carried, value):  # what the merge taught, learned now, as sequentially
+            cb.commit_merge_result(job, result)
+        self._fill()
+
+    def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
+        """The job's update: from its worker, or computed here for jobs that stay in this process (a job with a
+        request: the rest after its merge, see :meth:`request`)."""
+        job, start = self._pending[job_id]
+        if job_id in self._after:  # trained here at its request, or failed after it
+            outcome = self._after[job_id]
+            if isinstance(outcome, Exception):
+                raise outcome  # (kept: asked again, it raises again)
+            del self._after[job_id], self._pending[job_id]
+            self._stay.discard(job_id)
+            self.stats["jobs_local"] += 1
+            return outcome
         if job_id in self._stay:
             trainer = self._local_trainer()
             with generators_kept(trainer.device):
@@ -379,12 +438,17 @@ class RayExecutor(_Placement):
             self.stats["jobs_local"] += 1
             return update
         if job_id not in self._shipped:
+            if job.request_step is not None:
+                raise RuntimeError(f"job {job_id}'s update was asked for before its request event")
             self._ship([job_id], place=not self.train_locally)  # needed now: shipped even when the window is full
-        value = self._answer(job_id, fresh) if job.request_step is not None else self._collect(job_id)
+        value = self._collect(job_id)
         if isinstance(value, _Failed):  # the job stays pending, as sequentially (asked again, it is shipped again)
+            if job.request_step is not None:  # (never again: its merge was learned from)
+                self._after[job_id] = value.error
             self._fill()
             raise value.error
         del self._pending[job_id]
+        self._learned.pop(job_id, None)
         self._fill()
         here = job_id in self._trained_here
         self._trained_here.discard(job_id)
@@ -396,6 +460,12 @@ class RayExecutor(_Placement):
         update.base_weights = start
         update.weights = update.weights.to(start.device)
         return update
+
+    def _merger(self) -> _JobRunner:
+        """The runner that computes merges here (:meth:`_JobRunner.learn_merge`; this process's own with
+        ``train_locally``), built at the run's start."""
+        assert self._merge_runner is not None
+        return self._merge_runner
 
     def _replace_worker(self, index: int, actor: Any) -> None:
         """Replace a dead worker (once: the other tasks it had find it replaced already)."""

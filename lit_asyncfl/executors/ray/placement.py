@@ -4,10 +4,12 @@ consumed. Which jobs form a task depends only on the order of submits and result
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +43,12 @@ class _Shipped:
     worker: int = -1
     actor: Any = None
     states: list[Any] | None = None  # what the carried callbacks' state a (single) job reads, taken when shipped
-    part: int = 0  # 0: the whole job; 1: up to its request (then parked); 2: the rest, resumed with ``fresh``
-    fresh: tuple[Tensor, int] | None = None  # the server's answer to the job's request (parts 0 and 2)
+    #: 0: the whole job; 1: up to its request (then parked); 2: the rest of a parked job, with ``fresh`` (its merge
+    #: was learned from in this process); 3: its merge, with ``fresh`` (the rest of the job trains on, on the same
+    #: worker); 4: the rest after a merge of part 3 (waits for that worker's training)
+    part: int = 0
+    fresh: tuple[Tensor, int] | None = None  # the server's answer to the job's request (parts 0, 2, 3 and 4)
+    from_start: bool = False  # (part 3) the job's part before its request trains first: it is parked nowhere
 
 
 @dataclass
@@ -84,6 +90,10 @@ class _Placement:
     _parts: bool
     _here: Any
     _parked: dict[int, tuple[int, Any]]
+    _merged: dict[int, list[Any]]
+    _worker_device: str
+    _points: dict[int, Any]
+    _learned: dict[int, list[Any]]
 
     def _remote(self, job: ClientJob) -> bool:
         """Whether a job is computed on a worker (else here, at its event): every callback runs on workers or
@@ -142,14 +152,26 @@ class _Placement:
             self._place()
 
     def _place(self) -> None:
-        """Put waiting tasks, earliest expected arrival first, on workers with fewer than TASKS_PER_WORKER tasks."""
+        """Put waiting tasks, earliest expected arrival first, on workers with fewer than TASKS_PER_WORKER tasks;
+        the rest of a parked job (part 2) waits for the worker it is parked on (or for this process)."""
+        aside = []
         while self._waiting:
-            worker = min(range(len(self._workers)), key=self._busy.__getitem__)
-            if self._busy[worker] >= TASKS_PER_WORKER:
-                return
-            shipped = heapq.heappop(self._waiting)[2]
+            free = [w for w in range(len(self._workers)) if self._busy[w] < TASKS_PER_WORKER]
+            if not free:
+                break
+            entry = heapq.heappop(self._waiting)
+            shipped = entry[2]
             if not self._live(shipped):  # every job of it was cancelled before it left
                 continue
+            worker = min(free, key=self._busy.__getitem__)
+            if shipped.part == 2:  # parked: on its worker, or here (worker -1)
+                if shipped.worker >= 0 and self._workers[shipped.worker] is not shipped.actor:  # it died meanwhile
+                    shipped.part = 0  # the whole job, with the answer (its merge was learned from already)
+                elif shipped.worker not in free:
+                    aside.append(entry)
+                    continue
+                else:
+                    worker = shipped.worker
             assert shipped.jobs is not None and shipped.starts is not None
             jobs = shipped.jobs  # (a cohort trains whole, cancelled jobs too: its results stay the same)
             starts = [self._start_ref(start) for start in shipped.starts]
@@ -158,11 +180,17 @@ class _Placement:
                 shipped.ref = actor.train_many.remote(jobs, *starts)
             elif shipped.part == 1:
                 shipped.ref = actor.first_part.remote(jobs[0], starts[0], shipped.states)
+            elif shipped.part == 3:  # (a job whose first part is parked nowhere: see _merge)
+                shipped.ref = actor.merge.remote(jobs[0], _wired(shipped.fresh), starts[0], shipped.states)
+            elif shipped.part == 2:
+                shipped.ref = actor.resume.remote(jobs[0], _wired(shipped.fresh))
             else:
                 shipped.ref = actor.train.remote(jobs[0], starts[0], shipped.states, _wired(shipped.fresh))
             shipped.worker, shipped.actor = worker, actor
             self._running[shipped.ref] = shipped
             self._busy[worker] += 1
+        for entry in aside:
+            heapq.heappush(self._waiting, entry)
 
     def _live(self, shipped: _Shipped) -> bool:
         """Whether any job of a task is still wanted."""
@@ -177,32 +205,55 @@ class _Placement:
             weakref.finalize(start, self._versions.pop, key, None)
         return self._versions[key]
 
-    def _collect(self, job_id: int, parked: bool = False) -> Any:
-        """Wait for a shipped job's result (``parked``: or for its first part to be parked), receiving every other
-        task that finishes meanwhile (its worker gets the next waiting task at once)."""
+    def _collect(self, job_id: int, parked: bool = False, merged: bool = False) -> Any:
+        """Wait for a shipped job's result (``parked``: or for its first part to be parked; ``merged``: or for what
+        its merge taught, then returned), receiving every other task that finishes meanwhile (its worker gets the
+        next waiting task at once)."""
         ray = self._ray
-        while job_id not in self._done and not (parked and job_id in self._parked):
+        while job_id not in self._done and not (
+            (parked and job_id in self._parked) or (merged and job_id in self._merged)
+        ):
             shipped = self._shipped[job_id]
-            if self.train_locally and shipped.ref is None:  # no worker has the job due next: it trains here, now
+            if self.train_locally and shipped.ref is None and _here(shipped):  # no worker has the job due next
                 self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
                 heapq.heapify(self._waiting)
-                self._train_here(shipped)
+                self._train_here(shipped)  # it trains here, now
                 continue
             self._place()
             began = time.perf_counter()
             finished, _ = ray.wait(list(self._running), num_returns=1, timeout=0 if self.train_locally else None)
-            if not finished and self._waiting:  # (train_locally) the workers are busy: the earliest waiting task
-                self._train_here(heapq.heappop(self._waiting)[2])
+            mine = [entry for entry in self._waiting if _here(entry[2])] if not finished else []
+            if mine:  # (train_locally) the workers are busy: the earliest waiting task this process can train
+                entry = min(mine)
+                self._waiting.remove(entry)
+                heapq.heapify(self._waiting)
+                self._train_here(entry[2])
                 continue
             if not finished:
                 finished, _ = ray.wait(list(self._running), num_returns=1)
             self.stats["wait_seconds"] += time.perf_counter() - began
             for ref in finished:
                 self._receive(self._running.pop(ref))
+        if merged and job_id in self._merged:
+            return self._merged.pop(job_id)
         if job_id not in self._done:
             return None
         del self._shipped[job_id]
         return self._done.pop(job_id)
+
+    @contextlib.contextmanager
+    def _like_a_worker(self) -> Iterator[None]:
+        """Compute in this process as a worker would: with the workers' thread count and torch settings (this
+        process's at the run's start), leaving this process's random generators as they were."""
+        threads, settings = torch.get_num_threads(), _torch_settings()
+        torch.set_num_threads(self._threads)
+        _apply_torch_settings(self._settings)
+        try:
+            with generators_kept(self._device):
+                yield
+        finally:
+            torch.set_num_threads(threads)
+            _apply_torch_settings(settings)
 
     def _train_here(self, shipped: _Shipped) -> None:
         """Train a shipped task in this process (``train_locally``), as a worker would: with the workers' thread
@@ -214,28 +265,31 @@ class _Placement:
         if not live:  # every job of it was cancelled before it trained
             return
         assert jobs is not None and starts is not None
-        threads, settings, began = torch.get_num_threads(), _torch_settings(), time.perf_counter()
-        torch.set_num_threads(self._threads)
-        _apply_torch_settings(self._settings)
-        runner = self._here
+        runner, began = self._here, time.perf_counter()
         try:
-            with generators_kept(self._device):
+            with self._like_a_worker():
                 if self._cohort:
                     done = [(u, []) for u in runner.train_many(jobs, starts)]
                 elif shipped.part == 1:
-                    runner.first_part(jobs[0], starts[0], shipped.states)
+                    point = runner.first_part(jobs[0], starts[0], shipped.states)
                     self._parked[shipped.batch[0]] = (-1, None)
+                    if point is not None:
+                        self._points[shipped.batch[0]] = point
                     return
                 elif shipped.part == 2:
-                    done = [runner.next_part(jobs[0], shipped.fresh)]
+                    update, results, merged = runner.resume(jobs[0], shipped.fresh)
+                    done = [self._checked(shipped.batch[0], (update, results), merged)]
+                elif shipped.part == 3:  # the merge, then the rest at once (this process trains one job at a time)
+                    if shipped.from_start:
+                        runner.first_part(jobs[0], starts[0], shipped.states)
+                    self._merged[shipped.batch[0]] = runner.merge(jobs[0], shipped.fresh)
+                    done = [runner.rest(jobs[0])]
                 else:
                     done = [runner.train(jobs[0], starts[0], shipped.states, shipped.fresh)]
         except Exception as error:
             self._done.update((k, _Failed(error)) for k in live)
             return
         finally:
-            torch.set_num_threads(threads)
-            _apply_torch_settings(settings)
             self.stats["local_seconds"] += time.perf_counter() - began
         for k, result in zip(shipped.batch, done):
             if k in live:
@@ -252,7 +306,7 @@ class _Placement:
         try:
             value, seconds = ray.get(shipped.ref)
         except ray.exceptions.RayTaskError as error:  # the job itself raised: raised when it is consumed
-            if shipped.part == 1 and not live:  # (its engine went back to the worker's spares)
+            if shipped.part in (1, 3) and not live:  # (its engine went back to the worker's spares)
                 return
             cause = error.cause if isinstance(getattr(error, "cause", None), Exception) else error
             self._done.update((k, _Failed(cause)) for k in live)
@@ -268,8 +322,9 @@ class _Placement:
                 return
             self.stats["jobs_recomputed"] += len(live)
             again = _Shipped(shipped.batch, shipped.key, shipped.failures + 1, jobs, starts)  # same task, same results
-            again.states, again.part, again.fresh = shipped.states, min(shipped.part, 1), shipped.fresh
-            if shipped.part == 2:  # the part before the request went with the worker: the whole job, with the answer
+            again.states, again.part, again.fresh = shipped.states, shipped.part, shipped.fresh
+            again.from_start = shipped.part == 3  # the part before the request went with the worker
+            if shipped.part in (2, 4):  # the whole job, with the answer (its merge was learned from already)
                 again.part = 0
             for k in live:
                 self._shipped[k] = again
@@ -279,53 +334,134 @@ class _Placement:
         if shipped.part == 1:  # parked on the worker until the simulation reaches its request
             if live:
                 self._parked[live[0]] = (shipped.worker, shipped.actor)
+                if value is not None:  # (its state at the request, for the merge's learning here)
+                    value.weights = value.weights.tensor()
+                    self._points[live[0]] = value
             else:
                 shipped.actor.discard.remote(shipped.batch[0])
+            return
+        if shipped.part == 3:  # the merge went back; the rest trains on, on the same worker
+            if not live:
+                shipped.actor.discard.remote(shipped.batch[0])
+                return
+            self._merged[live[0]] = value
+            assert jobs is not None and starts is not None
+            rest = _Shipped(live, shipped.key, 0, jobs, starts, states=shipped.states, part=4, fresh=shipped.fresh)
+            rest.ref = shipped.actor.rest.remote(jobs[0])
+            rest.worker, rest.actor = shipped.worker, shipped.actor
+            self._shipped[live[0]] = rest
+            self._running[rest.ref] = rest
+            self._busy[shipped.worker] += 1
+            return
+        if shipped.part == 2:
+            update, weights, results, merged = value
+            if live:
+                update.weights = weights.tensor()
+                self._done[live[0]] = self._checked(live[0], (update, results), merged)
             return
         for k, (update, weights, results) in zip(shipped.batch, value if isinstance(value, list) else [value]):
             if self._shipped.get(k) is shipped:  # (a cohort's other jobs wait here, ready)
                 update.weights = weights.tensor()
                 self._done[k] = (update, results)
 
+    def _checked(self, job_id: int, result: Any, merged: list[Any]) -> Any:
+        """A parked job's result, unless its merge taught its worker other values than this process learned at its
+        request from the job's :class:`_MergePoint` (then a :class:`_Failed` naming the callbacks; on CPU, where
+        both are bit for bit the same computation: GPU kernels need not be)."""
+        learned = self._learned.pop(job_id, None)
+        if learned is None or _same(learned, merged) or self._worker_device != "cpu":  # (GPU kernels may differ)
+            return result
+        names = [type(cb).__name__ for cb, a, b in zip(self._carried, learned, merged) if not _same(a, b)]
+        return _Failed(RuntimeError(
+            f"the merge of job {job_id} taught {', '.join(names)} other values on its worker ({merged}) than in the "
+            f"simulation's process ({learned}): on_fresh_model must read only the module's weights and buffers, "
+            "the batch, the random generators and the step counters; use executor='sequential'"
+        ))  # fmt: skip
+
     def _replace_worker(self, index: int, actor: Any) -> None:  # (RayExecutor's: it starts workers)
         raise NotImplementedError
 
-    def _answer(self, job_id: int, fresh: tuple[Tensor, int] | None) -> Any:
-        """The result of a job with a request, at its request event: its part before the request is parked on a
-        worker (or here), or running (waited for), or not on a worker yet (then the whole job is shipped, with the
-        answer); the rest is trained where the job is parked."""
+    def _merge(self, job_id: int, fresh: tuple[Tensor, int] | None) -> Any:
+        """What the merge of a job with a request taught, at its request event (or its :class:`_Failed`).
+
+        Its part before the request is parked on a worker (or here), or running (waited for), or not on a worker
+        yet (then it goes first, to the next free trainer, with the answer, and its merge is computed there). A
+        parked job's merge is computed here, from the state the job had at its request (its :class:`_MergePoint`),
+        and the rest of the job goes to where it is parked (part 2: it computes the merge again, checked against
+        this one), to be collected at the job's arrival; without a point, the merge is computed where the job is
+        parked and the rest trains on there (parts 3 and 4)."""
         shipped = self._shipped[job_id]
         if fresh is not None:  # (the server's weights change in place after this event; a recomputation needs them)
             fresh = (fresh[0].clone(), fresh[1])
         if shipped.ref is None and job_id not in self._parked and shipped.part == 1:  # not placed yet
             self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
             heapq.heapify(self._waiting)
-            shipped.part, shipped.fresh = 0, fresh
+            shipped.part, shipped.fresh, shipped.from_start = 3, fresh, True
             heapq.heappush(self._waiting, (-math.inf, next(self._order), shipped))  # needed now: first
-            return self._collect(job_id)
+            return self._collect(job_id, merged=True)
         failed = self._collect(job_id, parked=True)
         if failed is not None:  # the part before the request raised
             return failed
-        worker, actor = self._parked.pop(job_id)
         job, start = self._pending[job_id]
-        rest = _Shipped([job_id], -math.inf, 0, [job], [start], states=shipped.states, part=2, fresh=fresh)
-        self._shipped[job_id] = rest
-        if worker < 0:  # parked here
-            self._train_here(rest)
-        elif self._workers[worker] is not actor:  # its worker died meanwhile: the whole job again
-            rest.part = 0
-            heapq.heappush(self._waiting, (rest.key, next(self._order), rest))
+        worker, actor = self._parked[job_id]
+        point = self._points.pop(job_id, None)
+        learned = None
+        if point is not None:
+            began = time.perf_counter()
+            try:
+                with self._like_a_worker():
+                    learned = self._merger().learn_merge(job, point, shipped.states, fresh)
+            except Exception as error:  # the merge raised: the job fails at its request
+                return _Failed(error)
+            finally:
+                self.stats["local_seconds"] += time.perf_counter() - began
+        del self._parked[job_id]
+        due = job.dispatch_time + job.timing.total  # (about when its rest is needed: its arrival)
+        part = 3 if learned is None else 2
+        task = _Shipped([job_id], -math.inf if learned is None else due, 0, [job], [start], shipped.states, part=part,
+                        fresh=fresh)  # fmt: skip
+        self._shipped[job_id] = task
+        if learned is not None:
+            self._learned[job_id] = learned  # (checked against the worker's)
+        if learned is not None:  # the rest waits, due at about its arrival, for where the job is parked
+            task.worker, task.actor = worker, actor
+            heapq.heappush(self._waiting, (task.key, next(self._order), task))
+            self._place()
+        elif worker < 0:  # parked here: the merge and the rest, now
+            self._train_here(task)
+        elif self._workers[worker] is not actor:  # its worker died meanwhile: from the start again
+            task.from_start = True
+            heapq.heappush(self._waiting, (task.key, next(self._order), task))
         else:
-            rest.ref = actor.next_part.remote(job, _wired(fresh))
-            rest.worker, rest.actor = worker, actor
-            self._running[rest.ref] = rest
+            task.ref = actor.merge.remote(job, _wired(fresh))
+            task.worker, task.actor = worker, actor
+            self._running[task.ref] = task
             self._busy[worker] += 1
-        return self._collect(job_id)
+        return self._collect(job_id, merged=True) if learned is None else learned
+
+    def _merger(self) -> Any:  # (RayExecutor's: it builds engines)
+        raise NotImplementedError
+
+
+def _here(shipped: _Shipped) -> bool:
+    """Whether this process can train a task (not the rest of a job parked on a worker)."""
+    return shipped.part != 2 or shipped.worker < 0
 
 
 def _due(job: ClientJob) -> float:
     """When a job's result is needed: at its request (a job with one), else at its arrival."""
     return job.arrival_time if job.request_step is None else job.request_time
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values (tensors element for element, NaN equal to NaN; containers item for item)."""
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return isinstance(a, Tensor) and isinstance(b, Tensor) and torch.equal(a, b)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b or (a != a and b != b)
 
 
 def _wired(fresh: tuple[Tensor, int] | None) -> tuple[_Wire, int] | None:
