@@ -13,7 +13,6 @@ import heapq
 import itertools
 import logging
 import math
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,7 +23,8 @@ from lit_asyncfl.checks import check, check_bool, check_int, check_number, check
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generators_kept
-from lit_asyncfl.executors.ray.placement import _due, _Failed, _Placement, _Shipped
+from lit_asyncfl.executors.ray.placement import _due, _Failed, _Shipped
+from lit_asyncfl.executors.ray.requests import _Requests
 from lit_asyncfl.executors.ray.worker import (
     _IDLE,
     _import_ray,
@@ -34,7 +34,6 @@ from lit_asyncfl.executors.ray.worker import (
     carried,
     detached,
 )
-from lit_asyncfl.executors.sequential import train_requested
 
 log = logging.getLogger("lit_asyncfl")
 
@@ -61,7 +60,7 @@ def check_executor(executor: Any) -> None:
         _import_ray()
 
 
-class RayExecutor(_Placement):
+class RayExecutor(_Requests):
     """Computes client jobs on Ray workers (``FederatedTrainer(executor=RayExecutor(...))``, or ``executor="ray"``
     for the defaults; ``--trainer.executor=ray`` on the command line).
 
@@ -391,32 +390,6 @@ class RayExecutor(_Placement):
             heapq.heapify(self._queue)
         self._fill()
 
-    def submit_failed(self, job: ClientJob, start_weights: Tensor, error: Exception) -> None:
-        """Register a job that already raised after its request (a resumed run): it raises ``error`` at its
-        arrival."""
-        self._pending[job.job_id] = (job, start_weights)
-        self._after[job.job_id] = error
-
-    def request(self, job_id: int, fresh: tuple[Tensor, int] | None) -> None:
-        """A job's request event (``fresh``: the server's answer): what its merge taught is learned now, as soon as
-        the merge is done; the rest of the job trains on, on its worker, and is collected by :meth:`result` at the
-        job's arrival (an error raised there is raised then). Raises what the job raised up to its merge."""
-        job, start = self._pending[job_id]
-        if job_id in self._stay:  # trained here, whole, now (as the sequential executor does)
-            self._after[job_id] = train_requested(self._local_trainer(), job, start, fresh)
-            return
-        if job_id not in self._shipped:
-            self._ship([job_id], place=not self.train_locally)  # needed now: shipped even when the window is full
-        began = time.perf_counter()
-        value = self._merge(job_id, fresh)
-        self.stats["request_seconds"] += time.perf_counter() - began
-        if isinstance(value, _Failed):  # the job stays pending, as sequentially (asked again, it is shipped again)
-            self._fill()
-            raise value.error
-        for cb, result in zip(self._carried, value):  # what the merge taught, learned now, as sequentially
-            cb.commit_merge_result(job, result)
-        self._fill()
-
     def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
         """The job's update: from its worker, or computed here for jobs that stay in this process (a job with a
         request: the rest after its merge, see :meth:`request`)."""
@@ -460,12 +433,6 @@ class RayExecutor(_Placement):
         update.base_weights = start
         update.weights = update.weights.to(start.device)
         return update
-
-    def _merger(self) -> _JobRunner:
-        """The runner that computes merges here (:meth:`_JobRunner.learn_merge`; this process's own with
-        ``train_locally``), built at the run's start."""
-        assert self._merge_runner is not None
-        return self._merge_runner
 
     def _replace_worker(self, index: int, actor: Any) -> None:
         """Replace a dead worker (once: the other tasks it had find it replaced already)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-import math
 import time
 import weakref
 from collections.abc import Iterator
@@ -379,67 +378,6 @@ class _Placement:
         ))  # fmt: skip
 
     def _replace_worker(self, index: int, actor: Any) -> None:  # (RayExecutor's: it starts workers)
-        raise NotImplementedError
-
-    def _merge(self, job_id: int, fresh: tuple[Tensor, int] | None) -> Any:
-        """What the merge of a job with a request taught, at its request event (or its :class:`_Failed`).
-
-        Its part before the request is parked on a worker (or here), or running (waited for), or not on a worker
-        yet (then it goes first, to the next free trainer, with the answer, and its merge is computed there). A
-        parked job's merge is computed here, from the state the job had at its request (its :class:`_MergePoint`),
-        and the rest of the job goes to where it is parked (part 2: it computes the merge again, checked against
-        this one), to be collected at the job's arrival; without a point, the merge is computed where the job is
-        parked and the rest trains on there (parts 3 and 4)."""
-        shipped = self._shipped[job_id]
-        if fresh is not None:  # (the server's weights change in place after this event; a recomputation needs them)
-            fresh = (fresh[0].clone(), fresh[1])
-        if shipped.ref is None and job_id not in self._parked and shipped.part == 1:  # not placed yet
-            self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
-            heapq.heapify(self._waiting)
-            shipped.part, shipped.fresh, shipped.from_start = 3, fresh, True
-            heapq.heappush(self._waiting, (-math.inf, next(self._order), shipped))  # needed now: first
-            return self._collect(job_id, merged=True)
-        failed = self._collect(job_id, parked=True)
-        if failed is not None:  # the part before the request raised
-            return failed
-        job, start = self._pending[job_id]
-        worker, actor = self._parked[job_id]
-        point = self._points.pop(job_id, None)
-        learned = None
-        if point is not None:
-            began = time.perf_counter()
-            try:
-                with self._like_a_worker():
-                    learned = self._merger().learn_merge(job, point, shipped.states, fresh)
-            except Exception as error:  # the merge raised: the job fails at its request
-                return _Failed(error)
-            finally:
-                self.stats["local_seconds"] += time.perf_counter() - began
-        del self._parked[job_id]
-        due = job.dispatch_time + job.timing.total  # (about when its rest is needed: its arrival)
-        part = 3 if learned is None else 2
-        task = _Shipped([job_id], -math.inf if learned is None else due, 0, [job], [start], shipped.states, part=part,
-                        fresh=fresh)  # fmt: skip
-        self._shipped[job_id] = task
-        if learned is not None:
-            self._learned[job_id] = learned  # (checked against the worker's)
-        if learned is not None:  # the rest waits, due at about its arrival, for where the job is parked
-            task.worker, task.actor = worker, actor
-            heapq.heappush(self._waiting, (task.key, next(self._order), task))
-            self._place()
-        elif worker < 0:  # parked here: the merge and the rest, now
-            self._train_here(task)
-        elif self._workers[worker] is not actor:  # its worker died meanwhile: from the start again
-            task.from_start = True
-            heapq.heappush(self._waiting, (task.key, next(self._order), task))
-        else:
-            task.ref = actor.merge.remote(job, _wired(fresh))
-            task.worker, task.actor = worker, actor
-            self._running[task.ref] = task
-            self._busy[worker] += 1
-        return self._collect(job_id, merged=True) if learned is None else learned
-
-    def _merger(self) -> Any:  # (RayExecutor's: it builds engines)
         raise NotImplementedError
 
 

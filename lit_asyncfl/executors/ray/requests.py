@@ -1,0 +1,116 @@
+"""Jobs that ask the server mid-training on the Ray executor (FedASMU's fresh-model request; any client callback with
+a ``request_step``): at the job's request event what its merge teaches is learned, as soon as the merge is done,
+and the rest of the job trains on, on its worker, until the job's arrival (see ``docs/ray.md``)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from typing import Any
+
+from torch import Tensor
+
+from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.executors.ray.placement import _Failed, _Placement, _Shipped, _wired
+from lit_asyncfl.executors.ray.worker import _JobRunner
+from lit_asyncfl.executors.sequential import train_requested
+
+
+class _Requests(_Placement):
+    """The request half of :class:`~lit_asyncfl.executors.ray.executor.RayExecutor` (between its placement and
+    itself): the request event of a job and the merge it learns from there."""
+
+    _after: dict[int, ClientUpdate | Exception]
+    _stay: set[int]
+    _merge_runner: _JobRunner | None
+
+    def submit_failed(self, job: ClientJob, start_weights: Tensor, error: Exception) -> None:
+        """Register a job that already raised after its request (a resumed run): it raises ``error`` at its
+        arrival."""
+        self._pending[job.job_id] = (job, start_weights)
+        self._after[job.job_id] = error
+
+    def request(self, job_id: int, fresh: tuple[Tensor, int] | None) -> None:
+        """A job's request event (``fresh``: the server's answer): what its merge taught is learned now, as soon as
+        the merge is done; the rest of the job trains on, on its worker, and is collected by :meth:`result` at the
+        job's arrival (an error raised there is raised then). Raises what the job raised up to its merge."""
+        job, start = self._pending[job_id]
+        if job_id in self._stay:  # trained here, whole, now (as the sequential executor does)
+            self._after[job_id] = train_requested(self._local_trainer(), job, start, fresh)
+            return
+        if job_id not in self._shipped:
+            self._ship([job_id], place=not self.train_locally)  # needed now: shipped even when the window is full
+        began = time.perf_counter()
+        value = self._merge(job_id, fresh)
+        self.stats["request_seconds"] += time.perf_counter() - began
+        if isinstance(value, _Failed):  # the job stays pending, as sequentially (asked again, it is shipped again)
+            self._fill()
+            raise value.error
+        for cb, result in zip(self._carried, value):  # what the merge taught, learned now, as sequentially
+            cb.commit_merge_result(job, result)
+        self._fill()
+
+    def _merge(self, job_id: int, fresh: tuple[Tensor, int] | None) -> Any:
+        """What the merge of a job with a request taught, at its request event (or its :class:`_Failed`).
+
+        Its part before the request is parked on a worker (or here), or running (waited for), or not on a worker
+        yet (then it goes first, to the next free trainer, with the answer, and its merge is computed there). A
+        parked job's merge is computed here, from the state the job had at its request (its :class:`_MergePoint`),
+        and the rest of the job goes to where it is parked (part 2: it computes the merge again, checked against
+        this one), to be collected at the job's arrival; without a point, the merge is computed where the job is
+        parked and the rest trains on there (parts 3 and 4)."""
+        shipped = self._shipped[job_id]
+        if fresh is not None:  # (the server's weights change in place after this event; a recomputation needs them)
+            fresh = (fresh[0].clone(), fresh[1])
+        if shipped.ref is None and job_id not in self._parked and shipped.part == 1:  # not placed yet
+            self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
+            heapq.heapify(self._waiting)
+            shipped.part, shipped.fresh, shipped.from_start = 3, fresh, True
+            heapq.heappush(self._waiting, (-math.inf, next(self._order), shipped))  # needed now: first
+            return self._collect(job_id, merged=True)
+        failed = self._collect(job_id, parked=True)
+        if failed is not None:  # the part before the request raised
+            return failed
+        job, start = self._pending[job_id]
+        worker, actor = self._parked[job_id]
+        point = self._points.pop(job_id, None)
+        learned = None
+        if point is not None:
+            began = time.perf_counter()
+            try:
+                with self._like_a_worker():
+                    learned = self._merger().learn_merge(job, point, shipped.states, fresh)
+            except Exception as error:  # the merge raised: the job fails at its request
+                return _Failed(error)
+            finally:
+                self.stats["local_seconds"] += time.perf_counter() - began
+        del self._parked[job_id]
+        due = job.dispatch_time + job.timing.total  # (about when its rest is needed: its arrival)
+        part = 3 if learned is None else 2
+        task = _Shipped([job_id], -math.inf if learned is None else due, 0, [job], [start], shipped.states, part=part,
+                        fresh=fresh)  # fmt: skip
+        self._shipped[job_id] = task
+        if learned is not None:
+            self._learned[job_id] = learned  # (checked against the worker's)
+        if learned is not None:  # the rest waits, due at about its arrival, for where the job is parked
+            task.worker, task.actor = worker, actor
+            heapq.heappush(self._waiting, (task.key, next(self._order), task))
+            self._place()
+        elif worker < 0:  # parked here: the merge and the rest, now
+            self._train_here(task)
+        elif self._workers[worker] is not actor:  # its worker died meanwhile: from the start again
+            task.from_start = True
+            heapq.heappush(self._waiting, (task.key, next(self._order), task))
+        else:
+            task.ref = actor.merge.remote(job, _wired(fresh))
+            task.worker, task.actor = worker, actor
+            self._running[task.ref] = task
+            self._busy[worker] += 1
+        return self._collect(job_id, merged=True) if learned is None else learned
+
+    def _merger(self) -> _JobRunner:
+        """The runner that computes merges here (:meth:`_JobRunner.learn_merge`; this process's own with
+        ``train_locally``), built at the run's start."""
+        assert self._merge_runner is not None
+        return self._merge_runner
