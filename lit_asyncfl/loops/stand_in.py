@@ -106,6 +106,20 @@ class _Entry:
         if isinstance(value, Metric):
             self.metric = value
             return
+        if (
+            self.reduction == "mean"
+            and type(value) is Tensor
+            and value.dim() == 0
+            and value.dtype is torch.float32
+            and value.device.type == "cpu"
+        ):
+            # The common case (a CPU float32 loss), without the conversions below: mean() of one element is the
+            # element with -0.0 made +0.0, and so is a sum that starts at +0.0 (the same float32 sums, in place).
+            if self.value is None:
+                self.value = torch.zeros(())
+            self.value.add_(value.detach() * batch_size)
+            self.weight.add_(batch_size)
+            return
         value = torch.as_tensor(value).detach().float().mean().cpu()
         if self.reduction == "mean":  # in place on the entry's own tensors (the same sums, without new tensors)
             if self.value is None:
