@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from lightning.pytorch.trainer.connectors.logger_connector.fx_validator import _FxValidator  # where logging is allowed
 from lightning.pytorch.utilities.data import extract_batch_size  # Lightning's own inference of self.log's size
@@ -91,6 +92,10 @@ _REDUCTIONS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min":
 _TORCH_REDUCTIONS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
 
 
+#: The sums of a mean before any value (see ``_Entry.sums``).
+_NO_SUMS = (np.float32(0.0), np.float32(0.0))
+
+
 class _Entry:
     """One logged key over an epoch: Lightning's ``_ResultMetric`` (float32 sums, batch-size weighted means)."""
 
@@ -101,25 +106,33 @@ class _Entry:
         self.metric: Metric | None = None
         #: A metric object's value when its dataloader ended (see :meth:`EpochLog.end_dataloader`).
         self.frozen: float | None = None
+        #: The weighted sum and the weight of a mean while every value has been a CPU float32 scalar tensor and
+        #: every batch size an int, as NumPy float32 scalars (the same IEEE float32 operations as torch's, a third
+        #: of the time); ``None`` once another value came (the sums then go on as tensors).
+        self.sums: tuple[np.float32, np.float32] | None = _NO_SUMS
 
     def update(self, value: Any, batch_size: int) -> None:
         if isinstance(value, Metric):
             self.metric = value
             return
-        if (
-            self.reduction == "mean"
-            and type(value) is Tensor
-            and value.dim() == 0
-            and value.dtype is torch.float32
-            and value.device.type == "cpu"
-        ):
-            # The common case (a CPU float32 loss), without the conversions below: mean() of one element is the
-            # element with -0.0 made +0.0, and so is a sum that starts at +0.0 (the same float32 sums, in place).
-            if self.value is None:
-                self.value = torch.zeros(())
-            self.value.add_(value.detach() * batch_size)
-            self.weight.add_(batch_size)
-            return
+        if self.reduction == "mean" and self.sums is not None:
+            if (
+                type(value) is Tensor
+                and type(batch_size) is int
+                and batch_size > 0
+                and value.dim() == 0
+                and value.dtype is torch.float32
+                and value.device.type == "cpu"
+            ):
+                # mean() of one element is the element with -0.0 made +0.0, and so is a sum that starts at +0.0;
+                # float32 products and sums round as torch's do (overflow gives inf, as there, without a warning).
+                size = np.float32(batch_size)
+                with np.errstate(all="ignore"):
+                    self.sums = (self.sums[0] + np.float32(value.item()) * size, self.sums[1] + size)
+                return
+            if self.sums is not _NO_SUMS:  # values came: go on from their sums (float32 tensors, exact)
+                self.value, self.weight = torch.tensor(self.sums[0]), torch.tensor(self.sums[1])
+            self.sums = None
         value = torch.as_tensor(value).detach().float().mean().cpu()
         if self.reduction == "mean":  # in place on the entry's own tensors (the same sums, without new tensors)
             if self.value is None:
@@ -141,6 +154,9 @@ class _Entry:
             return self.frozen
         if self.metric is not None:
             return float(self.metric.compute())
+        if self.reduction == "mean" and self.sums is not None:
+            with np.errstate(all="ignore"):  # 0/0 (nothing logged) and inf/inf are NaN, as in torch
+                return float(self.sums[0] / self.sums[1])
         assert self.value is not None
         return float(self.value / self.weight) if self.reduction == "mean" else float(self.value)
 

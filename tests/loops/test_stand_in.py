@@ -68,3 +68,23 @@ def test_plain_and_explicit_calls_share_their_checks():
     log.log("a", torch.tensor(2.0))
     log.log("a", torch.tensor(4.0), batch_size=2)  # an explicit batch size goes the general way into one entry
     assert log.results()[0] == {"a": pytest.approx((2 * 4 + 4 * 2) / 6)}
+
+
+def test_a_mean_of_mixed_values_and_batch_sizes_reduces_bit_for_bit_as_lightning():
+    rng = random.Random(1)
+    special = [0.0, -0.0, math.inf, -math.inf, 1e-45, 3.4e38, math.nan]
+    kinds = [lambda v: torch.tensor(v), lambda v: torch.tensor([v]), lambda v: torch.tensor(v, dtype=torch.float64)]
+    for _ in range(2000):
+        n = rng.randint(1, 5)
+        values = [rng.choice(special) if rng.random() < 0.2 else rng.gauss(0, 1) * 10 ** rng.randint(-30, 30)
+                  for _ in range(n)]  # fmt: skip
+        tensors = [rng.choice(kinds)(value) for value in values]
+        sizes = [rng.randint(1, 64) if rng.random() < 0.8 else rng.uniform(0.5, 9.5) for _ in range(n)]
+        entry = _Entry("mean")
+        total, weight = None, torch.tensor(0.0)
+        for tensor, size in zip(tensors, sizes):
+            entry.update(tensor, size)
+            term = tensor.float().mean() * size  # Lightning's _ResultMetric, written out
+            total = term if total is None else total + term
+            weight = weight + size
+        assert same_bits(entry.compute(), float(total / weight)), (tensors, sizes)
