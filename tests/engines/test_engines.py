@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.metadata
+import random
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from builders import make_job, one_client_trainer
 from conftest import global_weights, make_trainer, run
 from lightning.fabric.utilities import registry
 
@@ -29,7 +32,8 @@ from lit_asyncfl.client.lightning_engine import LightningLocalTrainer
 from lit_asyncfl.core.update import ClientJob, JobTiming
 from lit_asyncfl.data import ClientShards, DigitsDataModule
 from lit_asyncfl.devices import UniformResponse
-from lit_asyncfl.models import LeNet5
+from lit_asyncfl.engines.base import generator_state, restore_generators
+from lit_asyncfl.models import ClassificationModule, LeNet5
 from lit_asyncfl.models.resnet import ResNet20
 
 ENGINES = {"fast": LocalTrainer, "lightning": LightningLocalTrainer}  # the per-client engines
@@ -495,3 +499,54 @@ def test_a_compiled_cohort_equals_the_eager_cohort(shards, monkeypatch):
 def test_compile_cohort_needs_the_cohort_engine(tmp_path):
     with pytest.raises(ValueError, match="compile_cohort=True needs engine='cohort', got engine='fast'"):
         make_trainer(tmp_path, FedAsync(concurrency=2), max_versions=1, compile_cohort=True)
+
+
+class _ModeRecorder(ClassificationModule):
+    """Records, at every training step, whether each submodule is in training mode; its training_step puts the
+    dropout in evaluation mode (as a careless user might), so the next job must find it in training mode again."""
+
+    def __init__(self) -> None:
+        super().__init__(num_classes=2, lr=0.1)
+        self.net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 2))
+        self.modes: list[bool] = []
+
+    def training_step(self, batch, batch_idx):
+        self.modes.append(all(m.training for m in self.modules()))
+        loss = super().training_step(batch, batch_idx)
+        self.net[1].eval()
+        return loss
+
+
+class _TrainCounter(_ModeRecorder):
+    """Overrides ``train`` (which may do more than set flags): it must be called at every job's start."""
+
+    calls = 0
+
+    def train(self, mode: bool = True):
+        type(self).calls += 1
+        return super().train(mode)
+
+
+def test_every_job_starts_in_training_mode_and_an_overridden_train_runs_every_job():
+    x, y = torch.randn(6, 3), torch.tensor([0, 1] * 3)
+    for cls in (_ModeRecorder, _TrainCounter):
+        trainer = one_client_trainer(cls(), [], x, y, batch_size=6)
+        calls = _TrainCounter.calls
+        for job_id in range(3):
+            trainer.train(make_job(job_id), trainer.flat.read().clone())
+        assert trainer.module.modes == [True, True, True]
+        if cls is _TrainCounter:
+            assert _TrainCounter.calls - calls == 3
+
+
+def test_the_saved_generators_come_back_exactly_numpy_gauss_cache_included():
+    np.random.seed(3)
+    np.random.standard_normal()  # the legacy generator now holds a cached second Gaussian
+    state = generator_state(torch.device("cpu"))
+    expected = np.random.standard_normal(3), np.random.rand(2), random.random(), torch.rand(2)
+    np.random.seed(9), random.seed(9), torch.manual_seed(9)
+    np.random.standard_normal(5)
+    restore_generators(torch.device("cpu"), state)
+    again = np.random.standard_normal(3), np.random.rand(2), random.random(), torch.rand(2)
+    assert np.array_equal(expected[0], again[0]) and np.array_equal(expected[1], again[1])
+    assert expected[2] == again[2] and torch.equal(expected[3], again[3])
