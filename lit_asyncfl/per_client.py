@@ -20,8 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import default_collate
 
-from lit_asyncfl.core.seeding import derive_seed
-from lit_asyncfl.core.update import ClientJob, JobTiming
+from lit_asyncfl.core.update import ClientJob, JobTiming, derive_seed
 from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards, steps_per_epoch
 from lit_asyncfl.engines.base import generators_kept

@@ -66,8 +66,7 @@ from lit_asyncfl.algorithms import Algorithm, FedAsync, FedAvg, FedBuff
 from lit_asyncfl.callbacks import Callback
 from lit_asyncfl.client.engines import ENGINES, build_executor
 from lit_asyncfl.client.kernels import OneDNN
-from lit_asyncfl.core.seeding import derive_seed
-from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming
+from lit_asyncfl.core.update import ClientJob, ClientUpdate, JobTiming, derive_seed
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.data.shards import steps_per_epoch
 from lit_asyncfl.models import LeNet5

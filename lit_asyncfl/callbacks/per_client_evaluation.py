@@ -17,7 +17,7 @@ from lit_asyncfl.callbacks.logger_connector import LoggerConnector
 from lit_asyncfl.checks import check, check_int, check_number
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.engines import LightningLocalTrainer, LocalTrainer
-from lit_asyncfl.engines.kernels import choose_onednn
+from lit_asyncfl.engines.base import choose_onednn
 from lit_asyncfl.namespaces import is_overridden
 from lit_asyncfl.per_client import SUMMARY_STATISTICS, ClientEvaluator, client_statistics, hold_out, with_indices
 from lit_asyncfl.reporting import plot_clients, write_clients_csv

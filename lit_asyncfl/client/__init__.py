@@ -21,11 +21,10 @@ from lit_asyncfl.engines import base as engine_base
 from lit_asyncfl.engines import cohort, kernels
 from lit_asyncfl.engines import fast as fast_engine
 from lit_asyncfl.engines import lightning as lightning_engine
-from lit_asyncfl.engines.base import LocalEngine
+from lit_asyncfl.engines.base import LocalEngine, OneDNN
 from lit_asyncfl.engines.cohort import CohortTrainer
 from lit_asyncfl.engines.cohort_step import CohortJobTrainer
 from lit_asyncfl.engines.fast import LocalTrainer
-from lit_asyncfl.engines.kernels import OneDNN
 from lit_asyncfl.engines.lightning import LightningLocalTrainer
 from lit_asyncfl.executors import factory as engines
 from lit_asyncfl.executors import ray as ray_executor
@@ -35,7 +34,7 @@ from lit_asyncfl.executors.factory import ENGINES, build_executor
 from lit_asyncfl.executors.ray import RayExecutor, release_workers
 from lit_asyncfl.executors.sequential import SequentialExecutor
 from lit_asyncfl.loops import contract, job_trainer
-from lit_asyncfl.loops.job_trainer import JobTrainer
+from lit_asyncfl.loops.stand_in import JobTrainer
 from lit_asyncfl.rl import time_slots
 from lit_asyncfl.rl.time_slots import SlotPolicy, TimeSlotSelector
 

@@ -23,7 +23,7 @@ from lit_asyncfl.core.client_state import ClientStateStore
 from lit_asyncfl.core.workspace import ModelWorkspace, _no_log
 from lit_asyncfl.functional.contrastive import model_contrastive_loss
 from lit_asyncfl.functional.feddyn import ALPHA, feddyn_client_state
-from lit_asyncfl.loops.job_trainer import JobTrainer
+from lit_asyncfl.loops.stand_in import JobTrainer
 
 if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate

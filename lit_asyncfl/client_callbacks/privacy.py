@@ -9,7 +9,7 @@ import numpy as np
 
 from lit_asyncfl.checks import check, check_number
 from lit_asyncfl.client_callbacks.base import ClientCallback
-from lit_asyncfl.core.seeding import derive_seed
+from lit_asyncfl.core.update import derive_seed
 from lit_asyncfl.functional.privacy import (
     RDP_FALLBACK,
     check_accountant,
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from lit_asyncfl.core.update import ClientJob, ClientUpdate
     from lit_asyncfl.engines.fast import FastEngine
 
-#: Stream id of the local noise in :func:`~lit_asyncfl.core.seeding.derive_seed`.
+#: Stream id of the local noise in :func:`~lit_asyncfl.core.update.derive_seed`.
 LOCAL_NOISE_STREAM = 0xD9_0002
 
 

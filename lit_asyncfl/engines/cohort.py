@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from lit_asyncfl.client_callbacks.base import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
-from lit_asyncfl.engines.base import LocalEngine, generators_kept, parse_optimizers
+from lit_asyncfl.engines.base import LocalEngine, OneDNN, generators_kept, parse_optimizers
 from lit_asyncfl.engines.cohort_optim import (
     _AdamSettings,
     _BatchedOptimizer,
@@ -27,7 +27,6 @@ from lit_asyncfl.engines.cohort_optim import (
     optimizer_settings,
 )
 from lit_asyncfl.engines.cohort_step import CohortJobTrainer, _BatchedStep
-from lit_asyncfl.engines.kernels import OneDNN
 from lit_asyncfl.loops.validation_loop import JobLog
 
 #: Client callbacks the cohort engine applies itself (as gradient or learning-rate terms).

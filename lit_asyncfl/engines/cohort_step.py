@@ -14,7 +14,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torchmetrics import Metric
 
 from lit_asyncfl.core.flat import FlatParameters
-from lit_asyncfl.loops.job_trainer import JobTrainer
+from lit_asyncfl.loops.stand_in import JobTrainer
 
 #: The refusal of a torchmetrics object updated in ``training_step`` (checked at fit start, see
 #: :meth:`~lit_asyncfl.engines.CohortEngine.step_refusal`).

@@ -15,9 +15,8 @@ __all__ = ["FastEngine", "LocalTrainer", "first_part", "next_part", "parse_optim
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.core.workspace import _no_log
 from lit_asyncfl.data.shards import steps_per_epoch
-from lit_asyncfl.engines.kernels import OneDNN
-from lit_asyncfl.loops.job_trainer import JobTrainer
-from lit_asyncfl.loops.log import JobLog
+from lit_asyncfl.engines.base import OneDNN
+from lit_asyncfl.loops.stand_in import JobLog, JobTrainer
 
 
 class FastEngine(LocalEngine):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lit_asyncfl.checks import check_fraction, check_int, check_number, check_ordered
-from lit_asyncfl.core.seeding import derive_seed
+from lit_asyncfl.core.update import derive_seed
 from lit_asyncfl.functional.distillation import adaptive_distillation_weight, distillation_loss
 from lit_asyncfl.server.base import ServerCallback
 

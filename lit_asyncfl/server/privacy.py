@@ -7,16 +7,22 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from lit_asyncfl.checks import check, check_number
-from lit_asyncfl.core.seeding import derive_seed
+from lit_asyncfl.core.update import derive_seed
 from lit_asyncfl.functional.privacy import check_accountant, clip_delta, epsilon_spent, gaussian_noise, require_opacus
 from lit_asyncfl.server.adaptive_optimizer import AdaptiveServerOptimizer
-from lit_asyncfl.server.aggregators import Aggregator, DeltaAverage, Mixing, ModelAverage
+from lit_asyncfl.server.aggregators import (
+    Aggregator,
+    DataSizeWeight,
+    DeltaAverage,
+    Mixing,
+    ModelAverage,
+    StalenessWeight,
+)
 from lit_asyncfl.server.base import ServerCallback
 from lit_asyncfl.server.data_fraction import DataFractionWeight
 from lit_asyncfl.server.feddyn import DynamicCorrection
 from lit_asyncfl.server.norm_amplification import NormAmplification
 from lit_asyncfl.server.staleness_bound import StalenessBound
-from lit_asyncfl.server.weights import DataSizeWeight, StalenessWeight
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -38,7 +44,7 @@ _STEP_ALTERNATIVES: dict[type[ServerCallback], str] = {
     "use FedHist(ina=False), or mode='local'",
 }
 
-#: Stream id of the aggregate noise in :func:`~lit_asyncfl.core.seeding.derive_seed`.
+#: Stream id of the aggregate noise in :func:`~lit_asyncfl.core.update.derive_seed`.
 NOISE_STREAM = 0xD9_0001
 
 
