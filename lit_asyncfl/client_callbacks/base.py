@@ -50,6 +50,13 @@ class ClientCallback:
     #: Names of this callback's attributes that are dicts keyed by client id, of which a job of client ``c`` reads and
     #: writes entry ``c`` only: what the default :meth:`job_state` and :meth:`job_result` carry.
     client_state_attributes: tuple[str, ...] = ()
+    #: ``False`` when :meth:`commit_job_result` learns nothing that a later event reads, because what a job teaches
+    #: is learned at its merge (:meth:`commit_merge_result`; FedASMU's
+    #: :class:`~lit_asyncfl.client_callbacks.FreshModelMerge`). The sequential executor trains a job with a request
+    #: whole at its request event, so its ``on_train_end`` learns there; a Ray run lets the rest of such a job train
+    #: on its worker until its arrival only when every carried callback declares ``False`` here; otherwise (the
+    #: default) it collects the whole job at its request event and commits its result there, as sequentially.
+    learns_from_job_result: bool = True
     #: ``True`` when the callback may retire clients for good (e.g. local DP's budget spent): it then keeps
     #: :attr:`retired` (a bool per client, from ``on_fit_start``), the simulator treats a retired client as offline
     #: for good (never dispatched again), and the run ends, with ``stop_reason`` :attr:`retire_reason`, once every

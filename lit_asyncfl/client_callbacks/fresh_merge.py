@@ -165,6 +165,7 @@ class FreshModelMerge(ClientCallback):
     #: A worker's copy (:meth:`load_job_state` was called): what a merge learns is handed back, not learned here.
     _on_worker = False
     carries_state = True  # gamma_i, upsilon_i travel with the job; the slot policy learns here, from what comes back
+    learns_from_job_result = False  # (learned at the merge: a Ray run lets the rest train on until the arrival)
 
     def job_state(self, job: ClientJob) -> tuple[float, float]:
         r""":math:`(\gamma_i, \upsilon_i)` of the job's client."""

@@ -484,3 +484,42 @@ def test_a_fedasmu_job_failing_after_its_merge_fails_at_its_arrival_as_sequentia
     resumed, fail, _ = run("resumed", ckpt_path=last, on_client_error="drop")
     assert [d[0] for d in fail.drops] == [failing]
     assert torch.equal(global_weights(resumed), global_weights(sequential))
+
+
+def fedasmu_with_participation_rates():
+    """FedASMU with FedSA's participation-share learning rate: a second carried callback, which learns from a
+    job's end (the counts :math:`c_i, C` later dispatches read)."""
+    from lit_asyncfl.client_callbacks.staleness import ParticipationLearningRate
+
+    algo = get_algorithm("fedasmu")
+    algo.client_callbacks.append(ParticipationLearningRate(frequency="share"))
+    return algo
+
+
+def test_fedasmu_with_a_callback_learning_at_the_job_end_gives_the_sequential_weights(tmp_path, cluster):
+    """Sequentially a job with a request trains whole at its request event, so a carried callback's ``on_train_end``
+    learns there; on Ray such a job is collected at its request and its result committed there (before: at its
+    arrival, and later dispatches read other participation counts)."""
+    kwargs = {"num_clients": 60, "max_versions": 15}
+    torch.manual_seed(0)
+    sequential = fit(tmp_path / "seq", fedasmu_with_participation_rates(), **kwargs)
+    torch.manual_seed(0)
+    on_ray = fit(tmp_path / "ray", fedasmu_with_participation_rates(), RayExecutor(num_workers=2), **kwargs)
+    assert on_ray.summary["executor"]["jobs_local"] == 0
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+
+
+@pytest.mark.parametrize("rates", [False, True])
+def test_writing_checkpoints_does_not_change_a_ray_run_with_requests(tmp_path, cluster, rates):
+    """A checkpoint settles the jobs past their request: it must commit nothing that the run would not have
+    committed by then (before, it committed their results at the checkpoint instead of at their arrival)."""
+    kwargs = {"num_clients": 60, "max_versions": 15}
+
+    def algorithm():
+        return fedasmu_with_participation_rates() if rates else get_algorithm("fedasmu")
+
+    torch.manual_seed(0)
+    plain = fit(tmp_path / "plain", algorithm(), RayExecutor(num_workers=2), **kwargs)
+    torch.manual_seed(0)
+    written = fit(tmp_path / "ckpt", algorithm(), RayExecutor(num_workers=2), checkpoint_every=1, **kwargs)
+    assert torch.equal(global_weights(written), global_weights(plain))
