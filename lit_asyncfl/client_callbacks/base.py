@@ -141,14 +141,16 @@ class ClientCallback:
             values.update(entry)
 
     def merge_result(self, job: ClientJob) -> Any:
-        """On a worker, right after the job's ``on_fresh_model`` (or at its request when the server had nothing
-        newer): what the merge taught the state shared across jobs, for :meth:`commit_merge_result` at the job's
-        request event (the rest of the job trains meanwhile; default: nothing)."""
+        """Right after every callback's ``on_fresh_model`` returned (or at the job's request when the server had
+        nothing newer), on a worker's copy or, under the sequential executor, here: what the merge taught the state
+        shared across jobs, for :meth:`commit_merge_result` at the job's request event (the rest of the job trains
+        meanwhile; default: nothing). ``on_fresh_model`` keeps it and learns nothing itself, so that a job whose
+        merge a later callback fails teaches nothing under every executor."""
         return None
 
     def commit_merge_result(self, job: ClientJob, result: Any) -> None:
-        """In the simulation's process, at the job's request event: apply :meth:`merge_result`'s value, as
-        ``on_fresh_model`` would have here. It stays even when the rest of the job raises (the job then fails at
+        """In the simulation's process, at the job's request event (every executor): apply :meth:`merge_result`'s
+        value. It stays even when the rest of the job raises (the job then fails at
         its arrival event)."""
 
     def personal_weights(self, client: int) -> Tensor | None:

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 import torch
-from builders import FailAfterTheMerge
+from builders import FailAfterTheMerge, FailInTheMerge
 from conftest import global_weights, make_trainer
 
 from lit_asyncfl.algorithms import FedAsync, FedAvg
@@ -309,13 +309,13 @@ class MergedJobs(ServerCallback):
         self.jobs += [u.job.job_id for u in updates if "beta" in u.info and u.job.request_step < u.job.num_steps]
 
 
-def fedasmu_failing_after_the_merge(tmp_path, name, failing=(), ckpt_path=None, model=None, **kwargs):
-    """A small FedASMU run whose jobs ``failing`` raise right after their merge: the trainer, the callback that
-    records the drops and the jobs that merged and trained on."""
+def fedasmu_failing_after_the_merge(tmp_path, name, failing=(), ckpt_path=None, model=None, in_merge=False, **kwargs):
+    """A small FedASMU run whose jobs ``failing`` raise right after their merge (``in_merge``: in it, in a callback
+    after FedASMU's): the trainer, the callback that records the drops and the jobs that merged and trained on."""
     from lit_asyncfl.algorithms import FedASMU
 
     algo = FedASMU(clients_per_trigger=3, max_parallel=4, num_slots=3, epsilon=0.5, lr_gamma=1e-2)
-    fail, merged = FailAfterTheMerge(failing), MergedJobs()
+    fail, merged = (FailInTheMerge if in_merge else FailAfterTheMerge)(failing), MergedJobs()
     algo.client_callbacks.append(fail)
     algo.server_callbacks.append(merged)
     kwargs.setdefault("max_versions", 20)
@@ -359,3 +359,24 @@ def test_a_fedasmu_job_failing_after_its_merge_keeps_what_the_merge_taught_and_f
     again = rf"the job {failing} .* before the checkpoint, after its request: RuntimeError: boom after the merge"
     with pytest.raises(ClientJobError, match=again):
         fedasmu_failing_after_the_merge(tmp_path, "again", ckpt_path=last)
+
+
+def test_a_fedasmu_job_failing_in_a_later_callbacks_merge_teaches_nothing_and_fails_at_its_request(
+    tmp_path, monkeypatch
+):
+    """FedASMU's merge learns once every callback's ``on_fresh_model`` returned (where the Ray executor learns it):
+    a job whose merge a later callback fails teaches the slot policy nothing and is dropped at its request event
+    (before, FreshModelMerge learned inside its own ``on_fresh_model``, so the failing job had rewarded the policy
+    sequentially but not on Ray)."""
+    from lit_asyncfl.rl import TimeSlotSelector
+
+    rewarded = []
+    reward = TimeSlotSelector.reward
+    monkeypatch.setattr(TimeSlotSelector, "reward", lambda self, j, r: rewarded.append(j) or reward(self, j, r))
+    _, _, merged = fedasmu_failing_after_the_merge(tmp_path, "healthy")
+    failing = sorted(merged)[len(merged) // 2]
+    rewarded.clear()
+    _, fail, _ = fedasmu_failing_after_the_merge(tmp_path, "drop", {failing}, in_merge=True, on_client_error="drop")
+    [(job_id, when, request, _)] = fail.drops
+    assert job_id == failing and when == request  # dropped at its request event
+    assert failing not in rewarded and rewarded  # the others' merges taught the policy

@@ -486,6 +486,37 @@ def test_a_fedasmu_job_failing_after_its_merge_fails_at_its_arrival_as_sequentia
     assert torch.equal(global_weights(resumed), global_weights(sequential))
 
 
+def test_a_fedasmu_job_failing_in_a_later_callbacks_merge_teaches_nothing_as_sequentially(
+    tmp_path, cluster, monkeypatch
+):
+    """A job whose merge a later callback's ``on_fresh_model`` fails is dropped at its request event and teaches the
+    slot policy nothing, under both executors (before, the sequential executor learned from the merge that failed:
+    FreshModelMerge learned inside its own ``on_fresh_model``)."""
+    from core.test_job_failures import fedasmu_failing_after_the_merge
+
+    from lit_asyncfl.rl import TimeSlotSelector
+
+    def run(name, executor=None):
+        kwargs = {"max_versions": 8, "on_client_error": "drop", "in_merge": True}
+        if executor is not None:
+            kwargs["executor"] = executor
+        return fedasmu_failing_after_the_merge(tmp_path, name, {failing}, model=LeNet5(lr=0.05), **kwargs)
+
+    rewarded = []
+    reward = TimeSlotSelector.reward
+    monkeypatch.setattr(TimeSlotSelector, "reward", lambda self, j, r: rewarded.append(j) or reward(self, j, r))
+    _, _, merged = fedasmu_failing_after_the_merge(tmp_path, "healthy", model=LeNet5(lr=0.05), max_versions=8)
+    failing = sorted(merged)[len(merged) // 2]
+    rewarded.clear()
+    sequential, fail, _ = run("seq")
+    drops, learned = fail.drops, list(rewarded)
+    rewarded.clear()
+    on_ray, fail, _ = run("ray", RayExecutor(num_workers=2))
+    assert failing not in learned and rewarded == learned
+    assert fail.drops == drops and drops[0][0] == failing and drops[0][1] == drops[0][2]  # at its request
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+
+
 def fedasmu_with_participation_rates():
     """FedASMU with FedSA's participation-share learning rate: a second carried callback, which learns from a
     job's end (the counts :math:`c_i, C` later dispatches read)."""
