@@ -52,6 +52,11 @@ class SequentialExecutor:
         job, start = self._pending[job_id]
         self._after[job_id] = train_requested(self.trainer, job, start, fresh)
 
+    def failed_after_request(self, job_id: int) -> BaseException | None:
+        """The error a job with a request raised after its merge (kept for its arrival), or ``None``."""
+        outcome = self._after.get(job_id)
+        return outcome if isinstance(outcome, Exception) else None
+
     def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
         """Compute and return the update of a job (``fresh``: the answer to its server request, if any); a job
         that made its request returns the update computed then."""

@@ -4,6 +4,7 @@ checkpoint at the event boundary before it, or is dropped and the run goes on; c
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import ClassVar
 
@@ -13,6 +14,7 @@ from builders import FailAfterTheMerge, FailInTheMerge
 from conftest import global_weights, make_trainer
 
 from lit_asyncfl.algorithms import FedAsync, FedAvg
+from lit_asyncfl.callbacks import Callback
 from lit_asyncfl.core.simulator import ClientJobError
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.models import LogisticRegression
@@ -356,7 +358,10 @@ def test_a_fedasmu_job_failing_after_its_merge_keeps_what_the_merge_taught_and_f
     resumed, fail, _ = fedasmu_failing_after_the_merge(tmp_path, "resumed", ckpt_path=last, on_client_error="drop")
     assert [d[0] for d in fail.drops] == [failing]
     assert torch.equal(global_weights(resumed), global_weights(dropped))
-    again = rf"the job {failing} .* before the checkpoint, after its request: RuntimeError: boom after the merge"
+    again = (
+        rf"the job {failing} .* before the checkpoint, after its request: RuntimeError: boom after the merge"
+        r".* resume with on_client_error='drop' .* or from a checkpoint written before its request"
+    )
     with pytest.raises(ClientJobError, match=again):
         fedasmu_failing_after_the_merge(tmp_path, "again", ckpt_path=last)
 
@@ -380,3 +385,41 @@ def test_a_fedasmu_job_failing_in_a_later_callbacks_merge_teaches_nothing_and_fa
     [(job_id, when, request, _)] = fail.drops
     assert job_id == failing and when == request  # dropped at its request event
     assert failing not in rewarded and rewarded  # the others' merges taught the policy
+
+
+class SettleWithABrokenExecutor(Callback):
+    """Once a job is past its request and not settled: a checkpoint is taken while its executor's ``result``
+    raises an error of the executor's own (a stopped executor's ``KeyError``); records what the checkpoint raised."""
+
+    def __init__(self):
+        self.errors = []
+
+    def on_event_end(self, trainer):
+        simulator = trainer.simulator
+        past = [k for k, job in simulator.in_flight.items() if job.request_step is not None
+                and not math.isnan(job.arrival_time) and k not in simulator.ready]  # fmt: skip
+        if not past or self.errors:
+            return
+
+        def broken(job_id, fresh=None):
+            raise KeyError(job_id)
+
+        simulator.executor.result = broken
+        try:
+            simulator.state_dict()
+            self.errors.append(None)
+        except KeyError as error:
+            self.errors.append(error)
+        finally:
+            del simulator.executor.result
+
+
+def test_a_checkpoint_records_as_failing_after_its_merge_only_the_error_the_job_raised(tmp_path):
+    """Settling the jobs past their request for a checkpoint records only the error the executor kept for a job
+    (raised after its merge) as that job's failure; any other error (the executor's own: a stopped executor's
+    ``KeyError``, a Ray worker dead too often) propagates (before, the checkpoint recorded it as the job's
+    permanent failure)."""
+    settle = SettleWithABrokenExecutor()
+    fedasmu_failing_after_the_merge(tmp_path, "settle", callbacks=[settle], max_versions=6)
+    [error] = settle.errors
+    assert isinstance(error, KeyError)

@@ -554,3 +554,14 @@ def test_writing_checkpoints_does_not_change_a_ray_run_with_requests(tmp_path, c
     torch.manual_seed(0)
     written = fit(tmp_path / "ckpt", algorithm(), RayExecutor(num_workers=2), checkpoint_every=1, **kwargs)
     assert torch.equal(global_weights(written), global_weights(plain))
+
+
+def test_only_a_jobs_own_error_after_its_merge_counts_as_its_failure_after_the_request():
+    """What a checkpoint records as a job's failure after its merge (``failed_after_request``): the error the job
+    raised, never its workers' deaths (that error propagates from the checkpoint)."""
+    from lit_asyncfl.executors.ray.placement import _Failed
+
+    executor = RayExecutor(num_workers=1)
+    raised, lost = ValueError("boom after the merge"), RuntimeError("a Ray worker died 3 times computing job 2")
+    executor._after = {1: _Failed(raised), 2: _Failed(lost, lost=True), 3: object()}
+    assert [executor.failed_after_request(k) for k in (1, 2, 3, 4)] == [raised, None, None, None]

@@ -426,6 +426,12 @@ class RayExecutor(_Requests):
             raise value.error
         return value
 
+    def failed_after_request(self, job_id: int) -> BaseException | None:
+        """The error a job with a request raised after its merge (kept for its arrival), or ``None``: none was
+        kept, or its workers died (the job itself raised nothing)."""
+        outcome = self._after.get(job_id)
+        return outcome.error if isinstance(outcome, _Failed) and not outcome.lost else None
+
     def _consume(self, job_id: int) -> ClientUpdate | _Failed:
         """Collect a shipped job's update and commit what its carried callbacks learned (as the sequential executor
         learns it, at the end of the job's training); a failed job stays pending (asked again, it is shipped again),
