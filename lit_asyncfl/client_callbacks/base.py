@@ -57,6 +57,11 @@ class ClientCallback:
     #: on its worker until its arrival only when every carried callback declares ``False`` here; otherwise (the
     #: default) it collects the whole job at its request event and commits its result there, as sequentially.
     learns_from_job_result: bool = True
+    #: Whether :meth:`request_step` may ask the server mid-training (FedASMU's fresh-model request): a Ray run then
+    #: prepares to merge such jobs' answers (and warns when its engine trains them whole at their request).
+    #: ``None`` (the default): whether the class overrides :meth:`request_step`; a callback that overrides it only
+    #: to see each dispatch and never asks (FedSA's ``ParticipationLearningRate``) declares ``False``.
+    asks_server: bool | None = None
     #: ``True`` when the callback may retire clients for good (e.g. local DP's budget spent): it then keeps
     #: :attr:`retired` (a bool per client, from ``on_fit_start``), the simulator treats a retired client as offline
     #: for good (never dispatched again), and the run ends, with ``stop_reason`` :attr:`retire_reason`, once every

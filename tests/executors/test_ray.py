@@ -594,3 +594,32 @@ def test_the_rest_of_a_job_in_a_worker_thread_trains_on_the_worker_gpu_named_by_
     assert runner.merge(job, None) == []
     assert runner.rest(job) == ("the update", [])
     assert chosen == [1] and all(type(d) is int for d in chosen)
+
+
+def test_fedsa_jobs_are_not_taken_for_jobs_that_ask_the_server(tmp_path, cluster, caplog):
+    """FedSA's ParticipationLearningRate overrides ``request_step`` only to record each dispatch
+    (``asks_server = False``): no merge runner is built for its runs, and no warning says that its jobs ask the
+    server mid-training (before, with ``engine="lightning"``, one did)."""
+    from lit_asyncfl.client_callbacks import FreshModelMerge
+    from lit_asyncfl.client_callbacks.staleness import ParticipationLearningRate
+    from lit_asyncfl.executors.ray.executor import _asks_server
+
+    assert [_asks_server(cb) for cb in (FreshModelMerge(), ParticipationLearningRate())] == [True, False]
+    built = []
+    executor = RayExecutor(num_workers=1)
+    start = RayExecutor.start
+
+    def started(self, *args, **kwargs):
+        out = start(self, *args, **kwargs)
+        built.append(self._merge_runner is not None)
+        return out
+
+    with caplog.at_level("WARNING", logger="lit_asyncfl"):
+        RayExecutor.start = started
+        try:
+            for engine in ("fast", "lightning"):
+                fit(tmp_path / engine, "fedsa", executor, engine=engine, num_clients=40, max_versions=2)
+        finally:
+            RayExecutor.start = start
+    assert built == [False, False]
+    assert "ask the server mid-training" not in caplog.text

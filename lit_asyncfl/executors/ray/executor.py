@@ -60,6 +60,16 @@ def check_executor(executor: Any) -> None:
         _import_ray()
 
 
+def _asks_server(callback: Any) -> bool:
+    """Whether a client callback's jobs may ask the server mid-training (its
+    :attr:`~lit_asyncfl.client_callbacks.ClientCallback.asks_server`, by default whether it overrides
+    ``request_step``)."""
+    declared = getattr(callback, "asks_server", None)
+    if declared is not None:
+        return bool(declared)
+    return type(callback).request_step is not ClientCallback.request_step
+
+
 class RayExecutor(_Requests):
     """Computes client jobs on Ray workers (``FederatedTrainer(executor=RayExecutor(...))``, or ``executor="ray"``
     for the defaults; ``--trainer.executor=ray`` on the command line).
@@ -239,7 +249,7 @@ class RayExecutor(_Requests):
         # sequentially, where it trains whole then), unless every carried callback learns nothing from a job's end
         self._whole = any(getattr(cb, "learns_from_job_result", True) for cb in self._carried)
         self._parts = hasattr(self._local, "train_parts")  # jobs with a request go in parts (the fast engine)
-        requests = [type(cb).__name__ for cb in callbacks if type(cb).request_step is not ClientCallback.request_step]
+        requests = [type(cb).__name__ for cb in callbacks if _asks_server(cb)]
         stay = []
         if local:
             stay.append(f"every job: the client callback(s) {', '.join(local)} keep state across jobs and declare "
