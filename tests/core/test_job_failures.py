@@ -329,6 +329,19 @@ def fedasmu_failing_after_the_merge(tmp_path, name, failing=(), ckpt_path=None, 
     return trainer, fail, merged.jobs
 
 
+def rewards_and_a_merged_job(tmp_path, monkeypatch, **kwargs):
+    """The jobs whose merge rewards FedASMU's slot policy from now on (a list, filled as runs go) and a job that
+    merged and trained on in a healthy run (``kwargs``: its arguments)."""
+    from lit_asyncfl.rl import TimeSlotSelector
+
+    rewarded = []
+    reward = TimeSlotSelector.reward
+    monkeypatch.setattr(TimeSlotSelector, "reward", lambda self, j, r: rewarded.append(j) or reward(self, j, r))
+    _, _, merged = fedasmu_failing_after_the_merge(tmp_path, "healthy", **kwargs)
+    rewarded.clear()
+    return rewarded, sorted(merged)[len(merged) // 2]
+
+
 def test_a_fedasmu_job_failing_after_its_merge_keeps_what_the_merge_taught_and_fails_at_its_arrival(
     tmp_path, monkeypatch
 ):
@@ -337,14 +350,7 @@ def test_a_fedasmu_job_failing_after_its_merge_keeps_what_the_merge_taught_and_f
     event) and fails at its arrival event: dropped there, or the run stops there with a checkpoint that holds the
     failure, so that a resumed run fails the job at the same event (issue 30; before, the job failed at its
     request and its merge taught nothing)."""
-    from lit_asyncfl.rl import TimeSlotSelector
-
-    rewarded = []
-    reward = TimeSlotSelector.reward
-    monkeypatch.setattr(TimeSlotSelector, "reward", lambda self, j, r: rewarded.append(j) or reward(self, j, r))
-    _, _, merged = fedasmu_failing_after_the_merge(tmp_path, "healthy")
-    failing = sorted(merged)[len(merged) // 2]
-    rewarded.clear()
+    rewarded, failing = rewards_and_a_merged_job(tmp_path, monkeypatch)
     dropped, fail, _ = fedasmu_failing_after_the_merge(tmp_path, "drop", {failing}, on_client_error="drop")
     assert failing in rewarded  # learned at its request event
     [(job_id, when, request, arrival)] = fail.drops
@@ -373,14 +379,7 @@ def test_a_fedasmu_job_failing_in_a_later_callbacks_merge_teaches_nothing_and_fa
     a job whose merge a later callback fails teaches the slot policy nothing and is dropped at its request event
     (before, FreshModelMerge learned inside its own ``on_fresh_model``, so the failing job had rewarded the policy
     sequentially but not on Ray)."""
-    from lit_asyncfl.rl import TimeSlotSelector
-
-    rewarded = []
-    reward = TimeSlotSelector.reward
-    monkeypatch.setattr(TimeSlotSelector, "reward", lambda self, j, r: rewarded.append(j) or reward(self, j, r))
-    _, _, merged = fedasmu_failing_after_the_merge(tmp_path, "healthy")
-    failing = sorted(merged)[len(merged) // 2]
-    rewarded.clear()
+    rewarded, failing = rewards_and_a_merged_job(tmp_path, monkeypatch)
     _, fail, _ = fedasmu_failing_after_the_merge(tmp_path, "drop", {failing}, in_merge=True, on_client_error="drop")
     [(job_id, when, request, _)] = fail.drops
     assert job_id == failing and when == request  # dropped at its request event

@@ -492,9 +492,7 @@ def test_a_fedasmu_job_failing_in_a_later_callbacks_merge_teaches_nothing_as_seq
     """A job whose merge a later callback's ``on_fresh_model`` fails is dropped at its request event and teaches the
     slot policy nothing, under both executors (before, the sequential executor learned from the merge that failed:
     FreshModelMerge learned inside its own ``on_fresh_model``)."""
-    from core.test_job_failures import fedasmu_failing_after_the_merge
-
-    from lit_asyncfl.rl import TimeSlotSelector
+    from core.test_job_failures import fedasmu_failing_after_the_merge, rewards_and_a_merged_job
 
     def run(name, executor=None):
         kwargs = {"max_versions": 8, "on_client_error": "drop", "in_merge": True}
@@ -502,12 +500,7 @@ def test_a_fedasmu_job_failing_in_a_later_callbacks_merge_teaches_nothing_as_seq
             kwargs["executor"] = executor
         return fedasmu_failing_after_the_merge(tmp_path, name, {failing}, model=LeNet5(lr=0.05), **kwargs)
 
-    rewarded = []
-    reward = TimeSlotSelector.reward
-    monkeypatch.setattr(TimeSlotSelector, "reward", lambda self, j, r: rewarded.append(j) or reward(self, j, r))
-    _, _, merged = fedasmu_failing_after_the_merge(tmp_path, "healthy", model=LeNet5(lr=0.05), max_versions=8)
-    failing = sorted(merged)[len(merged) // 2]
-    rewarded.clear()
+    rewarded, failing = rewards_and_a_merged_job(tmp_path, monkeypatch, model=LeNet5(lr=0.05), max_versions=8)
     sequential, fail, _ = run("seq")
     drops, learned = fail.drops, list(rewarded)
     rewarded.clear()
