@@ -88,6 +88,15 @@ class FailAfterTheMerge(ClientCallback):
         self.drops.append((job.job_id, FailAfterTheMerge.clock(), job.request_time, job.arrival_time))
 
 
+class FailInTheMerge(FailAfterTheMerge):
+    """The jobs ``jobs`` raise in their merge: in this callback's ``on_fresh_model``, which runs after FedASMU's
+    (the merge's learning computed already, not learned yet)."""
+
+    def on_fresh_model(self, trainer, job, fresh_weights, fresh_version, batch):
+        if job.job_id in self.jobs:
+            raise RuntimeError(f"boom in the merge of job {job.job_id}")
+
+
 class BatchNormNet(ClassificationModule):
     """BatchNorm with cumulative averaging (momentum=None) uses the integer num_batches_tracked buffer, and
     training_step draws from numpy's global generator: both are hidden state outside the weights."""

@@ -50,6 +50,18 @@ class ClientCallback:
     #: Names of this callback's attributes that are dicts keyed by client id, of which a job of client ``c`` reads and
     #: writes entry ``c`` only: what the default :meth:`job_state` and :meth:`job_result` carry.
     client_state_attributes: tuple[str, ...] = ()
+    #: ``False`` when :meth:`commit_job_result` learns nothing that a later event reads, because what a job teaches
+    #: is learned at its merge (:meth:`commit_merge_result`; FedASMU's
+    #: :class:`~lit_asyncfl.client_callbacks.FreshModelMerge`). The sequential executor trains a job with a request
+    #: whole at its request event, so its ``on_train_end`` learns there; a Ray run lets the rest of such a job train
+    #: on its worker until its arrival only when every carried callback declares ``False`` here; otherwise (the
+    #: default) it collects the whole job at its request event and commits its result there, as sequentially.
+    learns_from_job_result: bool = True
+    #: Whether :meth:`request_step` may ask the server mid-training (FedASMU's fresh-model request): a Ray run then
+    #: prepares to merge such jobs' answers (and warns when its engine trains them whole at their request).
+    #: ``None`` (the default): whether the class overrides :meth:`request_step`; a callback that overrides it only
+    #: to see each dispatch and never asks (FedSA's ``ParticipationLearningRate``) declares ``False``.
+    asks_server: bool | None = None
     #: ``True`` when the callback may retire clients for good (e.g. local DP's budget spent): it then keeps
     #: :attr:`retired` (a bool per client, from ``on_fit_start``), the simulator treats a retired client as offline
     #: for good (never dispatched again), and the run ends, with ``stop_reason`` :attr:`retire_reason`, once every
@@ -134,14 +146,16 @@ class ClientCallback:
             values.update(entry)
 
     def merge_result(self, job: ClientJob) -> Any:
-        """On a worker, right after the job's ``on_fresh_model`` (or at its request when the server had nothing
-        newer): what the merge taught the state shared across jobs, for :meth:`commit_merge_result` at the job's
-        request event (the rest of the job trains meanwhile; default: nothing)."""
+        """Right after every callback's ``on_fresh_model`` returned (or at the job's request when the server had
+        nothing newer), on a worker's copy or, under the sequential executor, here: what the merge taught the state
+        shared across jobs, for :meth:`commit_merge_result` at the job's request event (the rest of the job trains
+        meanwhile; default: nothing). ``on_fresh_model`` keeps it and learns nothing itself, so that a job whose
+        merge a later callback fails teaches nothing under every executor."""
         return None
 
     def commit_merge_result(self, job: ClientJob, result: Any) -> None:
-        """In the simulation's process, at the job's request event: apply :meth:`merge_result`'s value, as
-        ``on_fresh_model`` would have here. It stays even when the rest of the job raises (the job then fails at
+        """In the simulation's process, at the job's request event (every executor): apply :meth:`merge_result`'s
+        value. It stays even when the rest of the job raises (the job then fails at
         its arrival event)."""
 
     def personal_weights(self, client: int) -> Tensor | None:

@@ -59,11 +59,13 @@ class FreshModelMerge(ClientCallback):
     the server can tell local training from merging.
 
     What the merge teaches (:math:`\gamma_i, \upsilon_i` and the slot policy's reward) is learned at the merge, i.e.
-    at the job's request event, under every executor (on a Ray worker it is handed back by :meth:`merge_result` and
-    learned by :meth:`commit_merge_result`; the simulation's process computes it from the job's state at its request
+    at the job's request event, under every executor: :meth:`on_fresh_model` keeps it, and once every callback's
+    ``on_fresh_model`` returned the executor takes it (:meth:`merge_result`) and learns it
+    (:meth:`commit_merge_result`; on Ray the simulation's process computes it from the job's state at its request
     while the worker trains the rest): later dispatches read it. A job that raises after its merge keeps what the
     merge taught and fails at its arrival event (dropped there, or the run stops there); one that raises before or
-    in its merge, or whose merge gives non-finite values, teaches nothing. A job to which the server had nothing
+    in its merge (a later callback's ``on_fresh_model`` included), or whose merge gives non-finite values, teaches
+    nothing. A job to which the server had nothing
     newer teaches nothing either (its slot plan is forgotten).
 
     Args:
@@ -151,20 +153,26 @@ class FreshModelMerge(ClientCallback):
             learned = None  # a diverged job (NaN/inf loss) teaches the controls and the slot policy nothing
             trainer.job_info["fresh_merge_learning"] = "skipped: non-finite"
         trainer.job_info.update(beta=beta, reward=reward, fresh_version=fresh_version, merge_jump=merged - before)
-        if self._on_worker:  # a worker's copy: handed back by merge_result, learned where the simulation runs
-            self._merged[job.job_id] = learned
-        else:  # learned at the merge, i.e. at the job's request event: it stays if the rest of the job raises
-            self.commit_merge_result(job, learned)
+        # handed back by merge_result, once every callback's on_fresh_model returned, and learned by
+        # commit_merge_result at the job's request event (by the executor, under every executor): a job whose merge
+        # a later callback's on_fresh_model fails teaches nothing; one that raises after its merge keeps it
+        self._merged[job.job_id] = learned
 
     def on_train_end(self, trainer: FastEngine, job: ClientJob, update: ClientUpdate) -> None:
         """A job without a merge (the server had nothing newer at its request) teaches nothing: its slot plan is
-        forgotten (a merged job's was learned at the merge)."""
-        if not self._on_worker:
+        forgotten (a merged job's was learned at the merge). A merge no executor took (the engine used on its own)
+        is learned now."""
+        if self._on_worker:
+            return
+        if job.job_id in self._merged:
+            self.commit_merge_result(job, self._merged.pop(job.job_id))
+        else:
             self.selector.forget(job.job_id)
 
     #: A worker's copy (:meth:`load_job_state` was called): what a merge learns is handed back, not learned here.
     _on_worker = False
     carries_state = True  # gamma_i, upsilon_i travel with the job; the slot policy learns here, from what comes back
+    learns_from_job_result = False  # (learned at the merge: a Ray run lets the rest train on until the arrival)
 
     def job_state(self, job: ClientJob) -> tuple[float, float]:
         r""":math:`(\gamma_i, \upsilon_i)` of the job's client."""
@@ -192,6 +200,7 @@ class FreshModelMerge(ClientCallback):
         self.selector.forget(job.job_id)  # (a merged job's plan is gone already)
 
     def on_job_dropped(self, job: ClientJob, reason: str) -> None:
+        self._merged.pop(job.job_id, None)  # (a merge that a later callback failed: it teaches nothing)
         self.selector.forget(job.job_id)
 
     def state_dict(self) -> dict[str, Any]:

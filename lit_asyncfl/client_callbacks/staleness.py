@@ -199,6 +199,7 @@ class ParticipationLearningRate(ClientCallback):
     """
 
     carries_state = True  # the participation counts are kept across the clients' jobs
+    asks_server = False  # (request_step only records the counts at each dispatch)
 
     def __init__(self, base_lr: float | None = None, frequency: str = FREQUENCY) -> None:
         check_number("base_lr", base_lr, 0, open_min=True, optional=True)

@@ -57,8 +57,9 @@ class SimulatorCheckpoint:
                 continue
             try:
                 self.ready[job_id] = self.executor.result(job_id)
-            except Exception as error:
-                if _is_storage_error(error):
+            except Exception as error:  # only the job's own error after its merge: anything else is no job's failure
+                kept = getattr(self.executor, "failed_after_request", lambda _: None)(job_id)
+                if kept is not error or _is_storage_error(error):
                     raise
                 failed[job_id] = f"{type(error).__name__}: {error}"
         return failed
@@ -96,7 +97,11 @@ class SimulatorCheckpoint:
             self.in_flight[job.job_id] = job
             self._hold_snapshot(job.base_version, state["snapshots"][job.base_version])
             if job.job_id in failed:  # it raised after its request, before the checkpoint: it fails at its arrival
-                error = RuntimeError(f"before the checkpoint, after its request: {failed[job.job_id]}")
+                error = RuntimeError(
+                    f"before the checkpoint, after its request: {failed[job.job_id]} (this checkpoint holds the "
+                    "failure: resume with on_client_error='drop' to drop the job, or from a checkpoint written "
+                    "before its request to train it again)"
+                )
                 self.executor.submit_failed(job, self.snapshots[job.base_version], error)
             elif job.job_id not in self.ready and self._will_train(job):
                 self.executor.submit(job, self.snapshots[job.base_version])

@@ -52,6 +52,11 @@ class SequentialExecutor:
         job, start = self._pending[job_id]
         self._after[job_id] = train_requested(self.trainer, job, start, fresh)
 
+    def failed_after_request(self, job_id: int) -> BaseException | None:
+        """The error a job with a request raised after its merge (kept for its arrival), or ``None``."""
+        outcome = self._after.get(job_id)
+        return outcome if isinstance(outcome, Exception) else None
+
     def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
         """Compute and return the update of a job (``fresh``: the answer to its server request, if any); a job
         that made its request returns the update computed then."""
@@ -75,17 +80,26 @@ def train_requested(
     its update, or the error it raised after its request (after the merge, when the server had a newer model),
     which belongs to its arrival event. An error up to then is raised (it belongs to the request event).
 
-    The run's own callbacks learn from the merge in ``on_fresh_model`` (FedASMU's
-    :class:`~lit_asyncfl.client_callbacks.FreshModelMerge`), so what the merge taught stays when the rest raises,
-    as on a Ray worker. With an engine that cannot stop at the request (``lightning``), a job to which the server
-    had nothing newer has no point between its request and its end that this function sees: its error counts as
-    one of the request (the Ray executor trains those jobs with the same function)."""
+    Once every callback's ``on_fresh_model`` returned (the merge is done), the run's own callbacks learn what it
+    taught (``merge_result``, then ``commit_merge_result``: FedASMU's
+    :class:`~lit_asyncfl.client_callbacks.FreshModelMerge`), at the point where the Ray executor learns it: what the
+    merge taught stays when the rest raises, and a job that raises before or in its merge teaches nothing. With an
+    engine that cannot stop at the request (``lightning``), a job to which the server had nothing newer has no point
+    between its request and its end that this function sees: its error counts as one of the request (the Ray
+    executor trains those jobs with the same function).
+    """
     passed = [False]  # the request (and the merge, if any) went through
     merge = trainer.fresh_model
+    callbacks = list(getattr(trainer, "callbacks", ()))
+
+    def learned() -> None:  # what the merge taught (nothing when the server had nothing newer), learned now
+        for cb in callbacks:
+            cb.commit_merge_result(job, cb.merge_result(job))
+        passed[0] = True
 
     def watched(*args: Any) -> None:
         merge(*args)
-        passed[0] = True
+        learned()
 
     trainer.fresh_model = watched  # (an instance attribute: the method again after the job)
     try:
@@ -98,7 +112,8 @@ def train_requested(
             parts = trainer.train_parts(job, start, True)  # (FastEngine.train's computation, in its two parts)
             with OneDNN(trainer.onednn):
                 first_part(parts)
-                passed[0] = fresh is None  # (no merge: the request is behind it)
+                if fresh is None:  # no merge: the request is behind it
+                    learned()
                 return next_part(parts, fresh)
     except Exception as error:
         if not passed[0]:

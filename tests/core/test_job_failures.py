@@ -4,15 +4,17 @@ checkpoint at the event boundary before it, or is dropped and the run goes on; c
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import ClassVar
 
 import pytest
 import torch
-from builders import FailAfterTheMerge
+from builders import FailAfterTheMerge, FailInTheMerge
 from conftest import global_weights, make_trainer
 
 from lit_asyncfl.algorithms import FedAsync, FedAvg
+from lit_asyncfl.callbacks import Callback
 from lit_asyncfl.core.simulator import ClientJobError
 from lit_asyncfl.data import DigitsDataModule
 from lit_asyncfl.models import LogisticRegression
@@ -309,13 +311,13 @@ class MergedJobs(ServerCallback):
         self.jobs += [u.job.job_id for u in updates if "beta" in u.info and u.job.request_step < u.job.num_steps]
 
 
-def fedasmu_failing_after_the_merge(tmp_path, name, failing=(), ckpt_path=None, model=None, **kwargs):
-    """A small FedASMU run whose jobs ``failing`` raise right after their merge: the trainer, the callback that
-    records the drops and the jobs that merged and trained on."""
+def fedasmu_failing_after_the_merge(tmp_path, name, failing=(), ckpt_path=None, model=None, in_merge=False, **kwargs):
+    """A small FedASMU run whose jobs ``failing`` raise right after their merge (``in_merge``: in it, in a callback
+    after FedASMU's): the trainer, the callback that records the drops and the jobs that merged and trained on."""
     from lit_asyncfl.algorithms import FedASMU
 
     algo = FedASMU(clients_per_trigger=3, max_parallel=4, num_slots=3, epsilon=0.5, lr_gamma=1e-2)
-    fail, merged = FailAfterTheMerge(failing), MergedJobs()
+    fail, merged = (FailInTheMerge if in_merge else FailAfterTheMerge)(failing), MergedJobs()
     algo.client_callbacks.append(fail)
     algo.server_callbacks.append(merged)
     kwargs.setdefault("max_versions", 20)
@@ -327,6 +329,19 @@ def fedasmu_failing_after_the_merge(tmp_path, name, failing=(), ckpt_path=None, 
     return trainer, fail, merged.jobs
 
 
+def rewards_and_a_merged_job(tmp_path, monkeypatch, **kwargs):
+    """The jobs whose merge rewards FedASMU's slot policy from now on (a list, filled as runs go) and a job that
+    merged and trained on in a healthy run (``kwargs``: its arguments)."""
+    from lit_asyncfl.rl import TimeSlotSelector
+
+    rewarded = []
+    reward = TimeSlotSelector.reward
+    monkeypatch.setattr(TimeSlotSelector, "reward", lambda self, j, r: rewarded.append(j) or reward(self, j, r))
+    _, _, merged = fedasmu_failing_after_the_merge(tmp_path, "healthy", **kwargs)
+    rewarded.clear()
+    return rewarded, sorted(merged)[len(merged) // 2]
+
+
 def test_a_fedasmu_job_failing_after_its_merge_keeps_what_the_merge_taught_and_fails_at_its_arrival(
     tmp_path, monkeypatch
 ):
@@ -335,14 +350,7 @@ def test_a_fedasmu_job_failing_after_its_merge_keeps_what_the_merge_taught_and_f
     event) and fails at its arrival event: dropped there, or the run stops there with a checkpoint that holds the
     failure, so that a resumed run fails the job at the same event (issue 30; before, the job failed at its
     request and its merge taught nothing)."""
-    from lit_asyncfl.rl import TimeSlotSelector
-
-    rewarded = []
-    reward = TimeSlotSelector.reward
-    monkeypatch.setattr(TimeSlotSelector, "reward", lambda self, j, r: rewarded.append(j) or reward(self, j, r))
-    _, _, merged = fedasmu_failing_after_the_merge(tmp_path, "healthy")
-    failing = sorted(merged)[len(merged) // 2]
-    rewarded.clear()
+    rewarded, failing = rewards_and_a_merged_job(tmp_path, monkeypatch)
     dropped, fail, _ = fedasmu_failing_after_the_merge(tmp_path, "drop", {failing}, on_client_error="drop")
     assert failing in rewarded  # learned at its request event
     [(job_id, when, request, arrival)] = fail.drops
@@ -356,6 +364,61 @@ def test_a_fedasmu_job_failing_after_its_merge_keeps_what_the_merge_taught_and_f
     resumed, fail, _ = fedasmu_failing_after_the_merge(tmp_path, "resumed", ckpt_path=last, on_client_error="drop")
     assert [d[0] for d in fail.drops] == [failing]
     assert torch.equal(global_weights(resumed), global_weights(dropped))
-    again = rf"the job {failing} .* before the checkpoint, after its request: RuntimeError: boom after the merge"
+    again = (
+        rf"the job {failing} .* before the checkpoint, after its request: RuntimeError: boom after the merge"
+        r".* resume with on_client_error='drop' .* or from a checkpoint written before its request"
+    )
     with pytest.raises(ClientJobError, match=again):
         fedasmu_failing_after_the_merge(tmp_path, "again", ckpt_path=last)
+
+
+def test_a_fedasmu_job_failing_in_a_later_callbacks_merge_teaches_nothing_and_fails_at_its_request(
+    tmp_path, monkeypatch
+):
+    """FedASMU's merge learns once every callback's ``on_fresh_model`` returned (where the Ray executor learns it):
+    a job whose merge a later callback fails teaches the slot policy nothing and is dropped at its request event
+    (before, FreshModelMerge learned inside its own ``on_fresh_model``, so the failing job had rewarded the policy
+    sequentially but not on Ray)."""
+    rewarded, failing = rewards_and_a_merged_job(tmp_path, monkeypatch)
+    _, fail, _ = fedasmu_failing_after_the_merge(tmp_path, "drop", {failing}, in_merge=True, on_client_error="drop")
+    [(job_id, when, request, _)] = fail.drops
+    assert job_id == failing and when == request  # dropped at its request event
+    assert failing not in rewarded and rewarded  # the others' merges taught the policy
+
+
+class SettleWithABrokenExecutor(Callback):
+    """Once a job is past its request and not settled: a checkpoint is taken while its executor's ``result``
+    raises an error of the executor's own (a stopped executor's ``KeyError``); records what the checkpoint raised."""
+
+    def __init__(self):
+        self.errors = []
+
+    def on_event_end(self, trainer):
+        simulator = trainer.simulator
+        past = [k for k, job in simulator.in_flight.items() if job.request_step is not None
+                and not math.isnan(job.arrival_time) and k not in simulator.ready]  # fmt: skip
+        if not past or self.errors:
+            return
+
+        def broken(job_id, fresh=None):
+            raise KeyError(job_id)
+
+        simulator.executor.result = broken
+        try:
+            simulator.state_dict()
+            self.errors.append(None)
+        except KeyError as error:
+            self.errors.append(error)
+        finally:
+            del simulator.executor.result
+
+
+def test_a_checkpoint_records_as_failing_after_its_merge_only_the_error_the_job_raised(tmp_path):
+    """Settling the jobs past their request for a checkpoint records only the error the executor kept for a job
+    (raised after its merge) as that job's failure; any other error (the executor's own: a stopped executor's
+    ``KeyError``, a Ray worker dead too often) propagates (before, the checkpoint recorded it as the job's
+    permanent failure)."""
+    settle = SettleWithABrokenExecutor()
+    fedasmu_failing_after_the_merge(tmp_path, "settle", callbacks=[settle], max_versions=6)
+    [error] = settle.errors
+    assert isinstance(error, KeyError)

@@ -484,3 +484,135 @@ def test_a_fedasmu_job_failing_after_its_merge_fails_at_its_arrival_as_sequentia
     resumed, fail, _ = run("resumed", ckpt_path=last, on_client_error="drop")
     assert [d[0] for d in fail.drops] == [failing]
     assert torch.equal(global_weights(resumed), global_weights(sequential))
+
+
+def test_a_fedasmu_job_failing_in_a_later_callbacks_merge_teaches_nothing_as_sequentially(
+    tmp_path, cluster, monkeypatch
+):
+    """A job whose merge a later callback's ``on_fresh_model`` fails is dropped at its request event and teaches the
+    slot policy nothing, under both executors (before, the sequential executor learned from the merge that failed:
+    FreshModelMerge learned inside its own ``on_fresh_model``)."""
+    from core.test_job_failures import fedasmu_failing_after_the_merge, rewards_and_a_merged_job
+
+    def run(name, executor=None):
+        kwargs = {"max_versions": 8, "on_client_error": "drop", "in_merge": True}
+        if executor is not None:
+            kwargs["executor"] = executor
+        return fedasmu_failing_after_the_merge(tmp_path, name, {failing}, model=LeNet5(lr=0.05), **kwargs)
+
+    rewarded, failing = rewards_and_a_merged_job(tmp_path, monkeypatch, model=LeNet5(lr=0.05), max_versions=8)
+    sequential, fail, _ = run("seq")
+    drops, learned = fail.drops, list(rewarded)
+    rewarded.clear()
+    on_ray, fail, _ = run("ray", RayExecutor(num_workers=2))
+    assert failing not in learned and rewarded == learned
+    assert fail.drops == drops and drops[0][0] == failing and drops[0][1] == drops[0][2]  # at its request
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+
+
+def fedasmu_with_participation_rates():
+    """FedASMU with FedSA's participation-share learning rate: a second carried callback, which learns from a
+    job's end (the counts :math:`c_i, C` later dispatches read)."""
+    from lit_asyncfl.client_callbacks.staleness import ParticipationLearningRate
+
+    algo = get_algorithm("fedasmu")
+    algo.client_callbacks.append(ParticipationLearningRate(frequency="share"))
+    return algo
+
+
+def test_fedasmu_with_a_callback_learning_at_the_job_end_gives_the_sequential_weights(tmp_path, cluster):
+    """Sequentially a job with a request trains whole at its request event, so a carried callback's ``on_train_end``
+    learns there; on Ray such a job is collected at its request and its result committed there (before: at its
+    arrival, and later dispatches read other participation counts)."""
+    kwargs = {"num_clients": 60, "max_versions": 15}
+    torch.manual_seed(0)
+    sequential = fit(tmp_path / "seq", fedasmu_with_participation_rates(), **kwargs)
+    torch.manual_seed(0)
+    on_ray = fit(tmp_path / "ray", fedasmu_with_participation_rates(), RayExecutor(num_workers=2), **kwargs)
+    assert on_ray.summary["executor"]["jobs_local"] == 0
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+
+
+@pytest.mark.parametrize("rates", [False, True])
+def test_writing_checkpoints_does_not_change_a_ray_run_with_requests(tmp_path, cluster, rates):
+    """A checkpoint settles the jobs past their request: it must commit nothing that the run would not have
+    committed by then (before, it committed their results at the checkpoint instead of at their arrival)."""
+    kwargs = {"num_clients": 60, "max_versions": 15}
+
+    def algorithm():
+        return fedasmu_with_participation_rates() if rates else get_algorithm("fedasmu")
+
+    torch.manual_seed(0)
+    plain = fit(tmp_path / "plain", algorithm(), RayExecutor(num_workers=2), **kwargs)
+    torch.manual_seed(0)
+    written = fit(tmp_path / "ckpt", algorithm(), RayExecutor(num_workers=2), checkpoint_every=1, **kwargs)
+    assert torch.equal(global_weights(written), global_weights(plain))
+
+
+def test_only_a_jobs_own_error_after_its_merge_counts_as_its_failure_after_the_request():
+    """What a checkpoint records as a job's failure after its merge (``failed_after_request``): the error the job
+    raised, never its workers' deaths (that error propagates from the checkpoint)."""
+    from lit_asyncfl.executors.ray.placement import _Failed
+
+    executor = RayExecutor(num_workers=1)
+    raised, lost = ValueError("boom after the merge"), RuntimeError("a Ray worker died 3 times computing job 2")
+    executor._after = {1: _Failed(raised), 2: _Failed(lost, lost=True), 3: object()}
+    assert [executor.failed_after_request(k) for k in (1, 2, 3, 4)] == [raised, None, None, None]
+
+
+def test_the_rest_of_a_job_in_a_worker_thread_trains_on_the_worker_gpu_named_by_its_index(monkeypatch):
+    """A GPU worker's device is ``torch.device("cuda")`` (Ray picks the GPU): the thread that trains the rest of a
+    job after its merge is set to the calling thread's GPU by index (``torch.cuda.set_device`` refuses a device
+    without one: before, every GPU worker's merge raised ``ValueError``)."""
+    from types import SimpleNamespace
+
+    import lit_asyncfl.engines.fast as fast
+    import lit_asyncfl.executors.ray.worker as worker
+
+    chosen = []
+
+    def set_device(device):
+        if isinstance(device, torch.device) and device.index is None:
+            raise ValueError(f"Expected a cuda device with a specified index or an integer, but got:{device}")
+        chosen.append(device)
+
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(worker, "restore_generators", lambda device, rng: None)
+    monkeypatch.setattr(fast, "next_part", lambda parts, fresh: "the update")
+    engine = SimpleNamespace(callbacks=[], device=torch.device("cuda"), onednn=False, fresh_model=None)
+    runner = worker._JobRunner(SimpleNamespace(callbacks=[], device=torch.device("cuda")), background=True)
+    job = SimpleNamespace(job_id=7)
+    runner.parked[7] = (engine, SimpleNamespace(close=lambda: None), None)
+    assert runner.merge(job, None) == []
+    assert runner.rest(job) == ("the update", [])
+    assert chosen == [1] and all(type(d) is int for d in chosen)
+
+
+def test_fedsa_jobs_are_not_taken_for_jobs_that_ask_the_server(tmp_path, cluster, caplog):
+    """FedSA's ParticipationLearningRate overrides ``request_step`` only to record each dispatch
+    (``asks_server = False``): no merge runner is built for its runs, and no warning says that its jobs ask the
+    server mid-training (before, with ``engine="lightning"``, one did)."""
+    from lit_asyncfl.client_callbacks import FreshModelMerge
+    from lit_asyncfl.client_callbacks.staleness import ParticipationLearningRate
+    from lit_asyncfl.executors.ray.executor import _asks_server
+
+    assert [_asks_server(cb) for cb in (FreshModelMerge(), ParticipationLearningRate())] == [True, False]
+    built = []
+    executor = RayExecutor(num_workers=1)
+    start = RayExecutor.start
+
+    def started(self, *args, **kwargs):
+        out = start(self, *args, **kwargs)
+        built.append(self._merge_runner is not None)
+        return out
+
+    with caplog.at_level("WARNING", logger="lit_asyncfl"):
+        RayExecutor.start = started
+        try:
+            for engine in ("fast", "lightning"):
+                fit(tmp_path / engine, "fedsa", executor, engine=engine, num_clients=40, max_versions=2)
+        finally:
+            RayExecutor.start = start
+    assert built == [False, False]
+    assert "ask the server mid-training" not in caplog.text

@@ -60,6 +60,16 @@ def check_executor(executor: Any) -> None:
         _import_ray()
 
 
+def _asks_server(callback: Any) -> bool:
+    """Whether a client callback's jobs may ask the server mid-training (its
+    :attr:`~lit_asyncfl.client_callbacks.ClientCallback.asks_server`, by default whether it overrides
+    ``request_step``)."""
+    declared = getattr(callback, "asks_server", None)
+    if declared is not None:
+        return bool(declared)
+    return type(callback).request_step is not ClientCallback.request_step
+
+
 class RayExecutor(_Requests):
     """Computes client jobs on Ray workers (``FederatedTrainer(executor=RayExecutor(...))``, or ``executor="ray"``
     for the defaults; ``--trainer.executor=ray`` on the command line).
@@ -81,7 +91,9 @@ class RayExecutor(_Requests):
     to its request as soon as it is shipped, parked on its worker with an engine of its own; at the request event
     this process computes the merge from the job's state at its request and learns from it (:meth:`request`); the
     rest, with the server's answer, trains on the job's worker and is collected at the job's arrival (an error
-    raised after the request fails the job there, as with the sequential executor). What stays in the simulation's
+    raised after the request fails the job there, as with the sequential executor); with a carried callback that
+    learns from a job's end (``learns_from_job_result``) it is collected at the request event instead, and what the
+    job taught committed there, where the sequential executor trains the whole job. What stays in the simulation's
     process (computed at its event, counted in :attr:`stats` as ``jobs_local``, named by a warning at the start):
     every job of a run with a callback that declares neither ``runs_on_workers`` nor ``carries_state``, and jobs with a
     request under the ``lightning`` engine (trained whole at the request event).
@@ -233,8 +245,11 @@ class RayExecutor(_Requests):
         ]
         self._ship_all = not local
         self._carried = carried(callbacks)  # (the run's own: they commit what the jobs bring back)
+        # a job with a request is collected whole at its request event, its callbacks' learning committed there (as
+        # sequentially, where it trains whole then), unless every carried callback learns nothing from a job's end
+        self._whole = any(getattr(cb, "learns_from_job_result", True) for cb in self._carried)
         self._parts = hasattr(self._local, "train_parts")  # jobs with a request go in parts (the fast engine)
-        requests = [type(cb).__name__ for cb in callbacks if type(cb).request_step is not ClientCallback.request_step]
+        requests = [type(cb).__name__ for cb in callbacks if _asks_server(cb)]
         stay = []
         if local:
             stay.append(f"every job: the client callback(s) {', '.join(local)} keep state across jobs and declare "
@@ -278,7 +293,7 @@ class RayExecutor(_Requests):
         self._merged: dict[int, list[Any]] = {}  # job id -> what its merge taught, until its request event takes it
         self._points: dict[int, Any] = {}  # job id -> its state at its request (parked), until its request event
         self._learned: dict[int, list[Any]] = {}  # job id -> what its merge taught here, to check the worker's
-        self._after: dict[int, ClientUpdate | Exception] = {}  # jobs trained here at their request, or failed after
+        self._after: dict[int, ClientUpdate | _Failed] = {}  # jobs collected at their request, or failed after it
         self._stay: set[int] = set()  # jobs computed here, at their events
         self._here = self._merge_runner = None
         # shipped jobs trained here (train_locally), and the merges of parked jobs computed here (jobs with a
@@ -393,15 +408,17 @@ class RayExecutor(_Requests):
     def result(self, job_id: int, fresh: tuple[Tensor, int] | None = None) -> ClientUpdate:
         """The job's update: from its worker, or computed here for jobs that stay in this process (a job with a
         request: the rest after its merge, see :meth:`request`)."""
-        job, start = self._pending[job_id]
-        if job_id in self._after:  # trained here at its request, or failed after it
+        if job_id in self._after:  # collected at its request, or failed after it
             outcome = self._after[job_id]
-            if isinstance(outcome, Exception):
-                raise outcome  # (kept: asked again, it raises again)
-            del self._after[job_id], self._pending[job_id]
-            self._stay.discard(job_id)
-            self.stats["jobs_local"] += 1
+            if isinstance(outcome, _Failed):
+                raise outcome.error  # (kept: asked again, it raises again)
+            del self._after[job_id]
+            self._pending.pop(job_id, None)  # (a job collected at its request left it then)
+            if job_id in self._stay:
+                self._stay.discard(job_id)
+                self.stats["jobs_local"] += 1
             return outcome
+        job, start = self._pending[job_id]
         if job_id in self._stay:
             trainer = self._local_trainer()
             with generators_kept(trainer.device):
@@ -414,12 +431,28 @@ class RayExecutor(_Requests):
             if job.request_step is not None:
                 raise RuntimeError(f"job {job_id}'s update was asked for before its request event")
             self._ship([job_id], place=not self.train_locally)  # needed now: shipped even when the window is full
-        value = self._collect(job_id)
-        if isinstance(value, _Failed):  # the job stays pending, as sequentially (asked again, it is shipped again)
-            if job.request_step is not None:  # (never again: its merge was learned from)
-                self._after[job_id] = value.error
-            self._fill()
+        value = self._consume(job_id)
+        if isinstance(value, _Failed):
             raise value.error
+        return value
+
+    def failed_after_request(self, job_id: int) -> BaseException | None:
+        """The error a job with a request raised after its merge (kept for its arrival), or ``None``: none was
+        kept, or its workers died (the job itself raised nothing)."""
+        outcome = self._after.get(job_id)
+        return outcome.error if isinstance(outcome, _Failed) and not outcome.lost else None
+
+    def _consume(self, job_id: int) -> ClientUpdate | _Failed:
+        """Collect a shipped job's update and commit what its carried callbacks learned (as the sequential executor
+        learns it, at the end of the job's training); a failed job stays pending (asked again, it is shipped again),
+        except one with a request, whose merge was learned from (its failure is kept and raised again)."""
+        job, start = self._pending[job_id]
+        value = self._collect(job_id)
+        if isinstance(value, _Failed):
+            if job.request_step is not None:  # (never again: its merge was learned from)
+                self._after[job_id] = value
+            self._fill()
+            return value
         del self._pending[job_id]
         self._learned.pop(job_id, None)
         self._fill()

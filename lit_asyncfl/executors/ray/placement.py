@@ -52,9 +52,11 @@ class _Shipped:
 
 @dataclass
 class _Failed:
-    """A job's result when its task raised on a worker: raised when the job is consumed, as sequentially."""
+    """A job's result when its task raised on a worker: raised when the job is consumed, as sequentially
+    (``lost``: its workers died, the job itself raised nothing)."""
 
     error: BaseException
+    lost: bool = False
 
 
 class _Placement:
@@ -317,7 +319,7 @@ class _Placement:
             if shipped.failures + 1 >= MAX_WORKER_FAILURES:
                 failure = RuntimeError(f"a Ray worker died {MAX_WORKER_FAILURES} times computing job {live[0]}")
                 failure.__cause__ = error
-                self._done.update((k, _Failed(failure)) for k in live)
+                self._done.update((k, _Failed(failure, lost=True)) for k in live)
                 return
             self.stats["jobs_recomputed"] += len(live)
             again = _Shipped(shipped.batch, shipped.key, shipped.failures + 1, jobs, starts)  # same task, same results

@@ -21,7 +21,8 @@ class _Requests(_Placement):
     """The request half of :class:`~lit_asyncfl.executors.ray.executor.RayExecutor` (between its placement and
     itself): the request event of a job and the merge it learns from there."""
 
-    _after: dict[int, ClientUpdate | Exception]
+    _after: dict[int, ClientUpdate | _Failed]
+    _whole: bool
     _stay: set[int]
     _merge_runner: _JobRunner | None
 
@@ -29,15 +30,19 @@ class _Requests(_Placement):
         """Register a job that already raised after its request (a resumed run): it raises ``error`` at its
         arrival."""
         self._pending[job.job_id] = (job, start_weights)
-        self._after[job.job_id] = error
+        self._after[job.job_id] = _Failed(error)
 
     def request(self, job_id: int, fresh: tuple[Tensor, int] | None) -> None:
         """A job's request event (``fresh``: the server's answer): what its merge taught is learned now, as soon as
         the merge is done; the rest of the job trains on, on its worker, and is collected by :meth:`result` at the
-        job's arrival (an error raised there is raised then). Raises what the job raised up to its merge."""
+        job's arrival (an error raised there is raised then). Raises what the job raised up to its merge. With a
+        carried callback that learns from a job's end (``learns_from_job_result``) the rest is collected here, at
+        the request event, and what the job taught is committed here, where the sequential executor trains the
+        whole job."""
         job, start = self._pending[job_id]
         if job_id in self._stay:  # trained here, whole, now (as the sequential executor does)
-            self._after[job_id] = train_requested(self._local_trainer(), job, start, fresh)
+            outcome = train_requested(self._local_trainer(), job, start, fresh)
+            self._after[job_id] = _Failed(outcome) if isinstance(outcome, Exception) else outcome
             return
         if job_id not in self._shipped:
             self._ship([job_id], place=not self.train_locally)  # needed now: shipped even when the window is full
@@ -49,6 +54,10 @@ class _Requests(_Placement):
             raise value.error
         for cb, result in zip(self._carried, value):  # what the merge taught, learned now, as sequentially
             cb.commit_merge_result(job, result)
+        if self._whole:  # the rest collected now: what the job's end taught is learned now too, as sequentially
+            update = self._consume(job_id)  # (a failure is kept in _after, raised at the arrival)
+            if not isinstance(update, _Failed):
+                self._after[job_id] = update
         self._fill()
 
     def _merge(self, job_id: int, fresh: tuple[Tensor, int] | None) -> Any:
@@ -86,7 +95,8 @@ class _Requests(_Placement):
             finally:
                 self.stats["local_seconds"] += time.perf_counter() - began
         del self._parked[job_id]
-        due = job.dispatch_time + job.timing.total  # (about when its rest is needed: its arrival)
+        due = -math.inf if self._whole else job.dispatch_time + job.timing.total  # (when its rest is needed: its
+        # arrival, or now when it is collected at the request)
         part = 3 if learned is None else 2
         task = _Shipped([job_id], -math.inf if learned is None else due, 0, [job], [start], shipped.states, part=part,
                         fresh=fresh)  # fmt: skip

@@ -197,8 +197,11 @@ class _JobRunner:
         engine, parts, rng = self.parked.pop(job.job_id)
         rest = self.rests[job.job_id] = _Rest()
         if self.background:
-            threads = torch.get_num_threads()
-            self._thread = threading.Thread(target=self._finish, args=(job, engine, parts, rng, fresh, rest, threads))
+            threads, cuda = torch.get_num_threads(), None
+            if self.device is not None and self.device.type == "cuda":  # (the index: "cuda" alone names none)
+                cuda = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            args = (job, engine, parts, rng, fresh, rest, threads, cuda)
+            self._thread = threading.Thread(target=self._finish, args=args)
             self._thread.start()
             rest.merged.wait()
         else:
@@ -211,7 +214,15 @@ class _JobRunner:
         return rest.merge
 
     def _finish(
-        self, job: ClientJob, engine: Any, parts: Any, rng: Any, fresh: Any, rest: _Rest, threads: int = 0
+        self,
+        job: ClientJob,
+        engine: Any,
+        parts: Any,
+        rng: Any,
+        fresh: Any,
+        rest: _Rest,
+        threads: int = 0,
+        cuda: int | None = None,
     ) -> None:
         from lit_asyncfl.engines.fast import next_part
         from lit_asyncfl.engines.kernels import OneDNN
@@ -234,8 +245,8 @@ class _JobRunner:
         try:
             if threads:  # a new thread: the worker's intra-op threads (an OpenMP setting of each thread) and GPU
                 torch.set_num_threads(threads)
-                if self.device is not None and self.device.type == "cuda":
-                    torch.cuda.set_device(self.device)
+                if cuda is not None:  # (the calling thread's current GPU, by index)
+                    torch.cuda.set_device(cuda)
             restore_generators(self.device, rng)
             if fresh is None:
                 merged()  # nothing newer: nothing to merge, the request is behind the job
