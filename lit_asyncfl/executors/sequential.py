@@ -106,8 +106,8 @@ def train_requested(
         with generators_kept(trainer.device):
             if not hasattr(trainer, "train_parts"):
                 return trainer.train(job, start, fresh)
+            from lit_asyncfl.engines.base import OneDNN
             from lit_asyncfl.engines.fast import first_part, next_part
-            from lit_asyncfl.engines.kernels import OneDNN
 
             parts = trainer.train_parts(job, start, True)  # (FastEngine.train's computation, in its two parts)
             with OneDNN(trainer.onednn):

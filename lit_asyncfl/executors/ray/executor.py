@@ -20,15 +20,13 @@ import torch
 from torch import Tensor
 
 from lit_asyncfl.checks import check, check_bool, check_int, check_number, check_str
-from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generators_kept
 from lit_asyncfl.executors.ray.placement import _due, _Failed, _Shipped
-from lit_asyncfl.executors.ray.requests import _Requests
+from lit_asyncfl.executors.ray.requests import _asks_server, _Requests
 from lit_asyncfl.executors.ray.worker import (
     _IDLE,
     _import_ray,
-    _JobRunner,
     _torch_settings,
     _Worker,
     carried,
@@ -58,16 +56,6 @@ def check_executor(executor: Any) -> None:
     )
     if executor != "sequential":
         _import_ray()
-
-
-def _asks_server(callback: Any) -> bool:
-    """Whether a client callback's jobs may ask the server mid-training (its
-    :attr:`~lit_asyncfl.client_callbacks.ClientCallback.asks_server`, by default whether it overrides
-    ``request_step``)."""
-    declared = getattr(callback, "asks_server", None)
-    if declared is not None:
-        return bool(declared)
-    return type(callback).request_step is not ClientCallback.request_step
 
 
 class RayExecutor(_Requests):
@@ -295,18 +283,7 @@ class RayExecutor(_Requests):
         self._learned: dict[int, list[Any]] = {}  # job id -> what its merge taught here, to check the worker's
         self._after: dict[int, ClientUpdate | _Failed] = {}  # jobs collected at their request, or failed after it
         self._stay: set[int] = set()  # jobs computed here, at their events
-        self._here = self._merge_runner = None
-        # shipped jobs trained here (train_locally), and the merges of parked jobs computed here (jobs with a
-        # request): with copies of the callbacks, from the module as it is now, with the workers' thread count
-        if self.train_locally or (requests and self._parts and self._ship_all):
-            threads = torch.get_num_threads()
-            torch.set_num_threads(self._threads)
-            try:
-                runner = _JobRunner(make_trainer(self._device))
-            finally:
-                torch.set_num_threads(threads)
-            self._here = runner if self.train_locally else None
-            self._merge_runner = runner
+        self._here, self._merge_runner = self._runners(make_trainer, bool(requests))
         self.stats = dict.fromkeys(
             ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
              "max_results_waiting"), 0,
@@ -435,12 +412,6 @@ class RayExecutor(_Requests):
         if isinstance(value, _Failed):
             raise value.error
         return value
-
-    def failed_after_request(self, job_id: int) -> BaseException | None:
-        """The error a job with a request raised after its merge (kept for its arrival), or ``None``: none was
-        kept, or its workers died (the job itself raised nothing)."""
-        outcome = self._after.get(job_id)
-        return outcome.error if isinstance(outcome, _Failed) and not outcome.lost else None
 
     def _consume(self, job_id: int) -> ClientUpdate | _Failed:
         """Collect a shipped job's update and commit what its carried callbacks learned (as the sequential executor

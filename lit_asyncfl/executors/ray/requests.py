@@ -9,12 +9,24 @@ import math
 import time
 from typing import Any
 
+import torch
 from torch import Tensor
 
+from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.executors.ray.placement import _Failed, _Placement, _Shipped, _wired
 from lit_asyncfl.executors.ray.worker import _JobRunner
 from lit_asyncfl.executors.sequential import train_requested
+
+
+def _asks_server(callback: Any) -> bool:
+    """Whether a client callback's jobs may ask the server mid-training (its
+    :attr:`~lit_asyncfl.client_callbacks.ClientCallback.asks_server`, by default whether it overrides
+    ``request_step``)."""
+    declared = getattr(callback, "asks_server", None)
+    if declared is not None:
+        return bool(declared)
+    return type(callback).request_step is not ClientCallback.request_step
 
 
 class _Requests(_Placement):
@@ -25,6 +37,26 @@ class _Requests(_Placement):
     _whole: bool
     _stay: set[int]
     _merge_runner: _JobRunner | None
+
+    def failed_after_request(self, job_id: int) -> BaseException | None:
+        """The error a job with a request raised after its merge (kept for its arrival), or ``None``: none was
+        kept, or its workers died (the job itself raised nothing)."""
+        outcome = self._after.get(job_id)
+        return outcome.error if isinstance(outcome, _Failed) and not outcome.lost else None
+
+    def _runners(self, make_trainer: Any, requests: bool) -> tuple[_JobRunner | None, _JobRunner | None]:
+        """The runner of shipped jobs trained here (``train_locally``) and the one computing the merges of parked jobs
+        here (a run with requests, split by the engine): one runner, with copies of the callbacks, from the module as
+        it is now, with the workers' thread count; ``None`` where there is none."""
+        if not (self.train_locally or (requests and self._parts and self._ship_all)):
+            return None, None
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self._threads)
+        try:
+            runner = _JobRunner(make_trainer(self._device))
+        finally:
+            torch.set_num_threads(threads)
+        return (runner if self.train_locally else None), runner
 
     def submit_failed(self, job: ClientJob, start_weights: Tensor, error: Exception) -> None:
         """Register a job that already raised after its request (a resumed run): it raises ``error`` at its

@@ -170,8 +170,8 @@ class _JobRunner:
         """Train a job up to its request and park it (its engine, its generator and its random state); returns the
         job's state at its request (:class:`_MergePoint`), from which the simulation's process computes what the
         merge teaches (``None`` where it cannot be read: the merge is then computed here, :meth:`merge`)."""
+        from lit_asyncfl.engines.base import OneDNN
         from lit_asyncfl.engines.fast import first_part
-        from lit_asyncfl.engines.kernels import OneDNN
 
         self.join()
         engine = self.spare.pop() if self.spare else self._engine()
@@ -224,8 +224,8 @@ class _JobRunner:
         threads: int = 0,
         cuda: int | None = None,
     ) -> None:
+        from lit_asyncfl.engines.base import OneDNN
         from lit_asyncfl.engines.fast import next_part
-        from lit_asyncfl.engines.kernels import OneDNN
 
         began = time.perf_counter()
         callbacks = carried(engine.callbacks)
@@ -288,7 +288,7 @@ class _JobRunner:
         callbacks = carried(engine.callbacks)
         if fresh is None:  # nothing newer: no merge
             return [cb.merge_result(job) for cb in callbacks]
-        from lit_asyncfl.engines.kernels import OneDNN
+        from lit_asyncfl.engines.base import OneDNN
 
         engine.flat.load(point.weights, point.tracked)
         engine.module.train()
