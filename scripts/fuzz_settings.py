@@ -81,12 +81,18 @@ ALLOWED: dict[tuple[str, str, Any], str] = {
     # ASO-Fed and FedSA (their client callbacks too).
     ("ASOFed", "lam", 0.0): "ASO-Fed without its proximal term",
     ("ASOFed", "lam", HUGE): "a proximal coefficient has no upper bound",
-    **{(cls, "beta", 0.0): "ASO-Fed's h_k is then the previous pseudo-gradient alone"
-       for cls in ("ASOFed", "DecayedCorrection")},
-    **{(cls, "log_base", HUGE): "a huge base keeps r_k = 1 (no step-size adaptation)"
-       for cls in ("ASOFed", "DelayAdaptiveStepSize")},
-    **{(cls, "base_lr", HUGE): "FedSA's eta is a learning rate, which has no upper bound"
-       for cls in ("FedSA", "ParticipationLearningRate")},
+    **{
+        (cls, "beta", 0.0): "ASO-Fed's h_k is then the previous pseudo-gradient alone"
+        for cls in ("ASOFed", "DecayedCorrection")
+    },
+    **{
+        (cls, "log_base", HUGE): "a huge base keeps r_k = 1 (no step-size adaptation)"
+        for cls in ("ASOFed", "DelayAdaptiveStepSize")
+    },
+    **{
+        (cls, "base_lr", HUGE): "FedSA's eta is a learning rate, which has no upper bound"
+        for cls in ("FedSA", "ParticipationLearningRate")
+    },
     **{(cls, "mu", 0.0): "MOON with mu=0 is FedAvg (FedAsync)" for cls in ("MOON", "ModelContrastive")},
     **{(cls, "mu", HUGE): "a loss weight has no upper bound" for cls in ("MOON", "ModelContrastive")},
     **{(cls, "tau", HUGE): "a temperature has no upper bound" for cls in ("MOON", "ModelContrastive")},
