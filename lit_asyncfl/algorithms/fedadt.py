@@ -59,9 +59,10 @@ class FedADT(Algorithm):
 
     Args:
         concurrency: Clients training at once (count, or fraction of all clients).
-        staleness_threshold, temperature, weight_min, weight_max, ramp_versions, fixed_weight, passes,
-            data_fraction: The server's distillation (:class:`~lit_asyncfl.server.DistillationCorrection`'s
-            arguments, see there).
+        staleness_threshold, temperature, weight_min, weight_max: The server's distillation
+            (:class:`~lit_asyncfl.server.DistillationCorrection`'s arguments, see there).
+        ramp_versions, fixed_weight, passes, data_fraction: The same distillation's other arguments (see
+            :class:`~lit_asyncfl.server.DistillationCorrection`).
         distill_batch_size: The distillation's ``batch_size``.
         server_time_per_sample: The distillation's ``time_per_sample`` (the cost model).
         lr_decay: Clients' learning-rate decay per global version.
