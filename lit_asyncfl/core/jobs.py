@@ -216,7 +216,7 @@ class JobLifecycle:
             self.queue.push(job.drop_time, "drop", job_id=job_id)
             return
         fresh = (server.weights, server.version) if newer else None
-        if self._job_result(job, fresh, request=True) is None:  # first: a failure leaves the state untouched
+        if not self._learn_merge(job, fresh):  # first: a failure leaves the state untouched
             return
         if newer:
             job.fresh_version = server.version
@@ -224,30 +224,39 @@ class JobLifecycle:
         job.arrival_time = arrival
         self.queue.push(job.arrival_time, "arrival", job_id=job_id)
 
-    def _job_result(
-        self, job: ClientJob, fresh: tuple[Tensor, int] | None = None, request: bool = False
-    ) -> ClientUpdate | bool | None:
-        """The job's update from the executor (``request``: its request's part, the merge, then ``True``); on an
-        exception in the job, raise :class:`ClientJobError` or (with ``on_client_error="drop"``) drop the job and
-        return ``None``."""
+    def _job_result(self, job: ClientJob) -> ClientUpdate | None:
+        """The job's update from the executor; ``None`` when the job raised and was dropped (see
+        :meth:`_client_error`)."""
         try:  # (client callbacks learn from a job in on_train_end, which a job that raises never reaches)
-            if request:
-                self.executor.request(job.job_id, fresh)
-                return True
-            return self.executor.result(job.job_id, fresh=fresh)
+            return self.executor.result(job.job_id)
         except Exception as error:
-            if _is_storage_error(error):  # the run's disk, not the client: never dropped, never blamed on it
-                raise
-            if self.on_client_error == "raise":
-                raise ClientJobError(
-                    f"the job {job.job_id} of client {job.client} (from version {job.base_version}) raised "
-                    f"{type(error).__name__}: {error}; the run stopped before this event (set "
-                    "on_client_error='drop' to drop failing jobs and go on)"
-                ) from error
-            log.warning("lit_asyncfl: dropped job %d of client %d: %s: %s", job.job_id, job.client,
-                        type(error).__name__, error)  # fmt: skip
-            self.drop(job.job_id, "client_error")
+            self._client_error(job, error)
             return None
+
+    def _learn_merge(self, job: ClientJob, fresh: tuple[Tensor, int] | None) -> bool:
+        """The executor learns from the job's merge (its part up to the request, then the merge with ``fresh``);
+        ``False`` when the job raised there and was dropped (see :meth:`_client_error`)."""
+        try:
+            self.executor.request(job.job_id, fresh)
+        except Exception as error:
+            self._client_error(job, error)
+            return False
+        return True
+
+    def _client_error(self, job: ClientJob, error: Exception) -> None:
+        """An exception in a job: raise :class:`ClientJobError`, or (``on_client_error="drop"``) drop the job. An
+        error of the run's storage is raised as it is (never dropped, never blamed on the client)."""
+        if _is_storage_error(error):
+            raise error
+        if self.on_client_error == "raise":
+            raise ClientJobError(
+                f"the job {job.job_id} of client {job.client} (from version {job.base_version}) raised "
+                f"{type(error).__name__}: {error}; the run stopped before this event (set "
+                "on_client_error='drop' to drop failing jobs and go on)"
+            ) from error
+        log.warning("lit_asyncfl: dropped job %d of client %d: %s: %s", job.job_id, job.client,
+                    type(error).__name__, error)  # fmt: skip
+        self.drop(job.job_id, "client_error")
 
     def drop(self, job_id: int, reason: str) -> ClientJob:
         """End an in-flight job without an update (its device failed or went away): counted in :attr:`dropped`
