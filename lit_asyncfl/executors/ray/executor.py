@@ -9,11 +9,13 @@ thread count) whatever the number of workers or the order in which they finish.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
 import math
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -277,6 +279,8 @@ class RayExecutor(_Requests):
         self._busy = [0] * n  # tasks placed on each worker and not received
         self._order = itertools.count()
         self._trained_here: set[int] = set()  # jobs this process trained (train_locally), until consumed
+        self._pace = {"worker": [0.0, 0.0], "here": [0.0, 0.0]}  # (seconds, steps) trained: see _place's reserve
+        self._pause_seconds: float | None = None  # how long the last pause lasted
         self._parked: dict[int, tuple[int, Any]] = {}  # job id -> (worker index or -1: here, actor): first part done
         self._merged: dict[int, list[Any]] = {}  # job id -> what its merge taught, until its request event takes it
         self._points: dict[int, Any] = {}  # job id -> its state at its request (parked), until its request event
@@ -354,6 +358,25 @@ class RayExecutor(_Requests):
             self._fill()
         else:
             self._stay.add(job.job_id)
+
+    @contextlib.contextmanager
+    def pause(self) -> Iterator[None]:
+        """This process does other work than jobs inside (an evaluation of the global model): the workers first get
+        waiting tasks for as long as the last pause lasted, at their measured pace (every waiting task before the
+        first pause, or before they have trained anything), since only this process gives them tasks. Where jobs
+        train does not change their results."""
+        if not self._workers:  # (not started)
+            yield
+            return
+        seconds, steps = self._pace["worker"]
+        known = self._pause_seconds is not None and seconds > 0 and steps > 0
+        self._poll()
+        self._place(reserve=self._pause_seconds * steps / seconds if known else math.inf)  # type: ignore[operator]
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._pause_seconds = time.perf_counter() - began
 
     def cancel(self, job_id: int) -> None:
         """Forget a job whose update will never be consumed (a shipped job's result is discarded; a task already on
