@@ -99,6 +99,19 @@ def test_the_workers_run_on_both_nodes_of_the_cluster(tmp_path, cluster):
     assert nodes == {n["NodeID"] for n in ray.nodes() if n["Alive"]} and len(nodes) == 2
 
 
+def test_the_workers_run_at_the_priority_of_this_process(tmp_path, cluster):
+    """Ray starts workers 15 below its node processes' priority (``nice``; here this process started them): a
+    worker beside this process (``train_locally``) or anything else would lose the cores it shares."""
+    executor = RayExecutor(num_workers=2)
+    executor.start(lambda device: None, torch.device("cpu"))
+    try:
+        pids = [pid for _, pid in ray.get([w.where.remote() for w in executor.workers])]
+    finally:
+        executor.stop()
+    here = os.getpriority(os.PRIO_PROCESS, 0)
+    assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids] == [here, here]
+
+
 @pytest.mark.parametrize(("first", "second"), [("ray", "ray"), ("ray", "sequential"), ("sequential", "ray")])
 def test_a_run_resumes_exactly_across_executors(tmp_path, cluster, first, second):
     def executor(name):
