@@ -202,20 +202,25 @@ print(time.perf_counter() - start)
 """
 
 
-def machine_scaling(processes: int, steps: int = 400) -> float:
+def machine_scaling(processes: int, steps: int = 400, repeats: int = 3) -> float:
     """This machine's own limit for ``processes`` parallel trainings: the heavy workload's SGD step in a raw PyTorch
-    loop, one thread, run alone and then in ``processes`` processes at once; returns their summed throughput over
-    the lone one's (``processes`` on ideal cores; less where the cores share caches, memory bandwidth or a host)."""
+    loop, one thread, run alone and then in ``processes`` processes at once (all at this process's priority, as the
+    Ray workers since they run at their node's); returns their summed throughput over the lone one's (``processes``
+    on ideal cores; less where the cores share caches, memory bandwidth or a host), the median of ``repeats``
+    alternating measurements (one pair alone read 1.52x and 1.93x on the same quiet VM the same day)."""
     import subprocess
     import sys
 
     def launch() -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-c", RAW_LOOP.format(steps=steps)], stdout=subprocess.PIPE, text=True)
 
-    alone = float(launch().communicate()[0])
-    together = [launch() for _ in range(processes)]
-    seconds = [float(p.communicate()[0]) for p in together]
-    return sum(alone / s for s in seconds)
+    ratios = []
+    for _ in range(repeats):
+        alone = float(launch().communicate()[0])
+        together = [launch() for _ in range(processes)]
+        seconds = [float(p.communicate()[0]) for p in together]
+        ratios.append(sum(alone / s for s in seconds))
+    return statistics.median(ratios)
 
 
 class Span:
@@ -355,7 +360,7 @@ def main() -> None:
     limit = machine_scaling(args.workers)
     print(
         f"this machine's own limit: {args.workers} raw PyTorch loops of the heavy workload's step at once train "
-        f"{limit:.2f}x one loop's steps per second"
+        f"{limit:.2f}x one loop's steps per second (median of 3 alternating measurements)"
     )
     for name in names:  # (heavy-fedasmu last, with the default workloads)
         if name == "digits" and len(names) > 1:
