@@ -75,7 +75,9 @@ class RayExecutor(_Requests):
     shipped jobs wait to be consumed (so at most that many results, plus the in-flight jobs' start models, are
     alive). Each worker holds at most :data:`TASKS_PER_WORKER` of them (one training, one queued); the others wait in
     this process and go, due first, to whichever worker frees up first, so the update the simulation needs next is
-    never stuck behind a long queue on a busy worker while another worker idles. Each global version goes into Ray's
+    never stuck behind a long queue on a busy worker while another worker idles. Only this process gives workers
+    tasks, so before it is busy for a while it gives them more: before an evaluation during the run (:meth:`pause`),
+    and with ``train_locally`` before it trains a job itself. Each global version goes into Ray's
     object store once and every job starting from it refers to it. Each worker builds the engine once: the module
     copy and the clients' data stay resident on it. Workers run at the priority of Ray's node processes
     (:data:`WORKER_RUNTIME_ENV`; Ray's default runs them 15 ``nice`` levels lower, and a worker sharing a core with
@@ -130,7 +132,8 @@ class RayExecutor(_Requests):
             or when one of them is needed).
         train_locally: The simulation's process trains shipped jobs too while it waits for a result: the job due
             next when no worker has it yet, else the earliest waiting one (results as on a worker: same engine,
-            seeds and thread count). Where the workers share this process's cores, ``num_workers`` one below the
+            seeds and thread count), after giving the workers waiting tasks for as long as that job will take it
+            (at the paces measured so far). Where the workers share this process's cores, ``num_workers`` one below the
             cores plus ``train_locally=True`` keeps every core training without oversubscribing them (on 2 cores,
             2 workers and this process share 2 cores: their jobs trained up to ~20% slower than alone); on a cluster,
             where this process has a core of its own, it adds one trainer.

@@ -24,7 +24,8 @@ from lit_asyncfl.executors.ray.worker import _apply_torch_settings, _torch_setti
 MAX_WORKER_FAILURES = 3
 
 #: Tasks placed on one worker at a time: one training, one waiting (it hides the round trip). Every other shipped
-#: task waits in this process, earliest expected arrival first, and goes to whichever worker frees up first.
+#: task waits in this process, earliest expected arrival first, and goes to whichever worker frees up first (more go
+#: before this process is busy elsewhere: see ``_Placement._place``'s ``reserve``).
 TASKS_PER_WORKER = 2
 
 
