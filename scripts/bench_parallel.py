@@ -347,6 +347,12 @@ def main() -> None:
                     f"{driver / max(ray_updates, 1) * 1e3:.1f} ms per update on the rest (simulation, shipping, "
                     f"receiving); jobs computed here at their events: {stats['jobs_local']}"
                 )
+                remote, here = stats["jobs_remote"], stats["jobs_trained_locally"]
+                if remote and here:  # (one trainer slower than the other: e.g. a worker at a lower priority)
+                    print(
+                        f"    a job trained {stats['worker_seconds'] / remote * 1e3:.0f} ms on a worker ({remote} "
+                        f"jobs), {stats['local_seconds'] / here * 1e3:.0f} ms here ({here} jobs), on average"
+                    )
                 if stats.get("request_seconds"):  # (jobs with a request: FedASMU)
                     print(
                         f"    at request events this process waited (or trained) {stats['request_seconds']:.1f}s in "
