@@ -26,12 +26,13 @@ reported apart (``ray_start_seconds``). The timed Ray run's wall time includes e
 
 For each Ray run it prints where the trainers' time went: the run's fixed costs (before the first job and after the
 last update: building the run, the final evaluation and plots, when nothing can train in parallel), this process's
-time waiting for a worker's result, its other work per update (simulation, shipping, receiving), and the trainers'
-busy share of the rest. The last lines are machine-readable, one per heavy workload (``heavy-fedasmu`` last):
+time waiting for a worker's result, its other work per update (simulation, evaluations during the run, shipping,
+receiving), the trainers' busy share of the rest, the workers' alone, and how long a job trained on a worker and
+here on average. The last lines are machine-readable, one per heavy workload (``heavy-fedasmu`` last):
 ``speedup=<Ray / sequential updates per second, median> limit=<this machine's limit> efficiency=<speedup / limit>
 weights identical`` (or ``weights differ``), for the first Ray configuration (``train_locally``; with GPU workers,
 the other one). The limit is measured in the same run: ``--workers`` raw PyTorch loops of the heavy workload's
-SGD step at once against one.
+SGD step at once against one (the median of three alternating measurements).
 """
 
 from __future__ import annotations
@@ -344,15 +345,18 @@ def main() -> None:
                     f"parallel training); between the first job and the last update ({middle:.1f}s) the trainers "
                     f"were busy {trained / (middle * args.workers):.0%}; this process waited for a result "
                     f"{wait:.1f}s, trained {stats['local_seconds']:.1f}s and spent "
-                    f"{driver / max(ray_updates, 1) * 1e3:.1f} ms per update on the rest (simulation, shipping, "
-                    f"receiving); jobs computed here at their events: {stats['jobs_local']}"
+                    f"{driver / max(ray_updates, 1) * 1e3:.1f} ms per update on the rest (simulation, evaluations "
+                    f"during the run, shipping, receiving); jobs computed here at their events: {stats['jobs_local']}"
                 )
                 remote, here = stats["jobs_remote"], stats["jobs_trained_locally"]
-                if remote and here:  # (one trainer slower than the other: e.g. a worker at a lower priority)
-                    print(
-                        f"    a job trained {stats['worker_seconds'] / remote * 1e3:.0f} ms on a worker ({remote} "
-                        f"jobs), {stats['local_seconds'] / here * 1e3:.0f} ms here ({here} jobs), on average"
-                    )
+                workers = args.workers - 1 if "train_locally" in label else args.workers
+                print(
+                    f"    the workers were busy {stats['worker_seconds'] / (middle * workers):.0%} of those "
+                    f"{middle:.1f}s; a job trained {stats['worker_seconds'] / max(remote, 1) * 1e3:.0f} ms on a "
+                    f"worker ({remote} jobs)"
+                    + (f", {stats['local_seconds'] / here * 1e3:.0f} ms here ({here} jobs)" if here else "")
+                    + " on average"
+                )
                 if stats.get("request_seconds"):  # (jobs with a request: FedASMU)
                     print(
                         f"    at request events this process waited (or trained) {stats['request_seconds']:.1f}s in "
