@@ -560,35 +560,6 @@ def test_only_a_jobs_own_error_after_its_merge_counts_as_its_failure_after_the_r
     assert [executor.failed_after_request(k) for k in (1, 2, 3, 4)] == [raised, None, None, None]
 
 
-def test_the_rest_of_a_job_in_a_worker_thread_trains_on_the_worker_gpu_named_by_its_index(monkeypatch):
-    """A GPU worker's device is ``torch.device("cuda")`` (Ray picks the GPU): the thread that trains the rest of a
-    job after its merge is set to the calling thread's GPU by index (``torch.cuda.set_device`` refuses a device
-    without one: before, every GPU worker's merge raised ``ValueError``)."""
-    from types import SimpleNamespace
-
-    import lit_asyncfl.engines.fast as fast
-    import lit_asyncfl.executors.ray.worker as worker
-
-    chosen = []
-
-    def set_device(device):
-        if isinstance(device, torch.device) and device.index is None:
-            raise ValueError(f"Expected a cuda device with a specified index or an integer, but got:{device}")
-        chosen.append(device)
-
-    monkeypatch.setattr(torch.cuda, "set_device", set_device)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
-    monkeypatch.setattr(worker, "restore_generators", lambda device, rng: None)
-    monkeypatch.setattr(fast, "next_part", lambda parts, fresh: "the update")
-    engine = SimpleNamespace(callbacks=[], device=torch.device("cuda"), onednn=False, fresh_model=None)
-    runner = worker._JobRunner(SimpleNamespace(callbacks=[], device=torch.device("cuda")), background=True)
-    job = SimpleNamespace(job_id=7)
-    runner.parked[7] = (engine, SimpleNamespace(close=lambda: None), None)
-    assert runner.merge(job, None) == []
-    assert runner.rest(job) == ("the update", [])
-    assert chosen == [1] and all(type(d) is int for d in chosen)
-
-
 def test_fedsa_jobs_are_not_taken_for_jobs_that_ask_the_server(tmp_path, cluster, caplog):
     """FedSA's ParticipationLearningRate overrides ``request_step`` only to record each dispatch
     (``asks_server = False``): no merge runner is built for its runs, and no warning says that its jobs ask the

@@ -280,10 +280,9 @@ class RayExecutor(_Requests):
         self._parked: dict[int, tuple[int, Any]] = {}  # job id -> (worker index or -1: here, actor): first part done
         self._merged: dict[int, list[Any]] = {}  # job id -> what its merge taught, until its request event takes it
         self._points: dict[int, Any] = {}  # job id -> its state at its request (parked), until its request event
-        self._learned: dict[int, list[Any]] = {}  # job id -> what its merge taught here, to check the worker's
         self._after: dict[int, ClientUpdate | _Failed] = {}  # jobs collected at their request, or failed after it
         self._stay: set[int] = set()  # jobs computed here, at their events
-        self._here, self._merge_runner = self._runners(make_trainer, bool(requests))
+        self._here, self._merge_runner = self._runners(make_trainer, callbacks)
         self.stats = dict.fromkeys(
             ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
              "max_results_waiting"), 0,
@@ -325,7 +324,7 @@ class RayExecutor(_Requests):
         self._waiting, self._running = [], {}
         self._pending, self._trainer_ref = {}, None  # nothing of the run stays alive
         self._parked, self._stay, self._here, self._merged, self._after = {}, set(), None, {}, {}
-        self._points, self._learned, self._merge_runner = {}, {}, None
+        self._points, self._merge_runner = {}, None
         if self._workers and self.reuse_workers:
             for worker in self._workers:
                 worker.unload.remote()
@@ -366,7 +365,6 @@ class RayExecutor(_Requests):
         self._merged.pop(job_id, None)
         self._after.pop(job_id, None)
         self._points.pop(job_id, None)
-        self._learned.pop(job_id, None)
         if shipped is not None and shipped.part == 2 and shipped.ref is None:  # parked, its rest not placed yet
             if shipped.worker < 0:
                 self._here.discard(job_id)
@@ -425,7 +423,6 @@ class RayExecutor(_Requests):
             self._fill()
             return value
         del self._pending[job_id]
-        self._learned.pop(job_id, None)
         self._fill()
         here = job_id in self._trained_here
         self._trained_here.discard(job_id)
