@@ -587,3 +587,36 @@ def test_fedsa_jobs_are_not_taken_for_jobs_that_ask_the_server(tmp_path, cluster
             RayExecutor.start = start
     assert built == [False, False]
     assert "ask the server mid-training" not in caplog.text
+
+
+def merging_fedasmu(declared=True):
+    """FedASMU with short periods and few slots: most requests find a newer model (13 of 20 in 20 versions)."""
+    from lit_asyncfl.algorithms import FedASMU
+
+    algorithm = FedASMU(clients_per_trigger=3, max_parallel=4, num_slots=3, epsilon=0.5, lr_gamma=1e-2)
+    algorithm.client_callbacks[0].merges_from_request_state = declared
+    return algorithm
+
+
+def test_each_merge_is_computed_once_here_or_on_the_job_worker_with_the_sequential_weights(tmp_path, cluster):
+    """A job's merge is computed once: on its worker when that worker is free, else here from the job's state at
+    its request (the worker then trains the rest from what the merge changed), or here on the job's own engine when
+    it is parked here (``train_locally``); a callback that does not declare ``merges_from_request_state`` is merged
+    where the job is parked. Every way gives the sequential weights."""
+    kwargs = {"max_versions": 20}
+    sequential = fit(tmp_path / "seq", merging_fedasmu(), **kwargs)
+    merges = {"here": 0, "on_workers": 0}
+    for i, (executor, declared) in enumerate([
+        (RayExecutor(num_workers=2), True),
+        (RayExecutor(num_workers=1, train_locally=True), True),
+        (RayExecutor(num_workers=2), False),
+    ]):  # fmt: skip
+        on_ray = fit(tmp_path / str(i), merging_fedasmu(declared), executor, **kwargs)
+        assert torch.equal(global_weights(on_ray), global_weights(sequential))
+        stats = on_ray.summary["executor"]
+        assert stats["merges_here"] + stats["merges_on_workers"] == 13  # (the requests that found a newer model)
+        if not declared:
+            assert stats["merges_here"] == 0  # (no job parked here without train_locally)
+        merges["here"] += stats["merges_here"]
+        merges["on_workers"] += stats["merges_on_workers"]
+    assert merges["here"] > 0 and merges["on_workers"] > 0

@@ -291,6 +291,7 @@ class _Placement:
                     if shipped.from_start:
                         runner.first_part(jobs[0], starts[0], shipped.states)
                     self._merged[shipped.batch[0]] = runner.merge(jobs[0], shipped.fresh)
+                    self.stats["merges_here"] += shipped.fresh is not None
                     self._rest(shipped, jobs, starts, -1, None)
                     return
                 else:
@@ -354,6 +355,7 @@ class _Placement:
                 shipped.actor.discard.remote(shipped.batch[0])
                 return
             self._merged[live[0]] = value
+            self.stats["merges_on_workers"] += shipped.fresh is not None
             assert jobs is not None and starts is not None
             self._rest(shipped, jobs, starts, shipped.worker, shipped.actor)
             return

@@ -145,6 +145,7 @@ class _Requests(_Placement):
             return _Failed(error)
         finally:
             self.stats["local_seconds"] += time.perf_counter() - began
+            self.stats["merges_here"] += fresh is not None
         del self._parked[job_id]
         task = _Shipped([job_id], _rest_due(self._whole, job), 0, [job], [start], shipped.states, part=2, fresh=fresh,
                         merged=merged)  # fmt: skip
