@@ -77,8 +77,9 @@ class RayExecutor(_Requests):
     is consumed, where the sequential executor learns it; the client state store stays here, its single owner. A job
     that asks the server mid-training (FedASMU's fresh-model request) trains in parts with the ``fast`` engine: up
     to its request as soon as it is shipped, parked on its worker with an engine of its own; at the request event
-    this process computes the merge from the job's state at its request and learns from it (:meth:`request`); the
-    rest, with the server's answer, trains on the job's worker and is collected at the job's arrival (an error
+    its merge is computed once, on that worker when it is free, else here from the job's state at its request
+    (``merges_from_request_state``), and learned from here (:meth:`request`); the rest, after the merge, trains on
+    the job's worker and is collected at the job's arrival (an error
     raised after the request fails the job there, as with the sequential executor); with a carried callback that
     learns from a job's end (``learns_from_job_result``) it is collected at the request event instead, and what the
     job taught committed there, where the sequential executor trains the whole job. What stays in the simulation's

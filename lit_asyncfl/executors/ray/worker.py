@@ -110,7 +110,7 @@ class _Merged:
         """Put the merge's effects on a parked job's engine (in place of computing the merge there)."""
         if self.weights is not None:
             engine.flat.load(self.weights, self.tracked)
-        engine.job_info.update(self.info)
+        engine.job_info.update({k: v.to(engine.device) if isinstance(v, Tensor) else v for k, v in self.info.items()})
         restore_generators(device, self.rng)
 
 
