@@ -404,11 +404,11 @@ def _wired(fresh: tuple[Tensor, int] | None) -> tuple[_Wire, int] | None:
 
 
 def _wired_merge(merged: Any) -> Any:
-    """What a merge computed here changed, its weights on the wire (and its tensors in ``job_info`` on the CPU: a
-    worker's GPU need not have this process's index)."""
+    """What a merge computed here changed, its weights and the tensors it added to ``job_info`` (FedASMU's merge
+    jump, as large as the model) on the wire."""
     if merged is None or merged.weights is None:
         return merged
     merged = copy.copy(merged)
     merged.weights = _Wire.of(merged.weights)
-    merged.info = {k: v.cpu() if isinstance(v, Tensor) else v for k, v in merged.info.items()}
+    merged.info = {k: _Wire.of(v) if isinstance(v, Tensor) else v for k, v in merged.info.items()}
     return merged

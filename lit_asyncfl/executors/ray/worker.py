@@ -385,6 +385,7 @@ class _Worker:
         if merged is not None and isinstance(merged.weights, _Wire):
             merged = copy.copy(merged)
             merged.weights = merged.weights.tensor()
+            merged.info = {k: v.tensor() if isinstance(v, _Wire) else v for k, v in merged.info.items()}
         update, results = self.runner.resume(job, merged)
         return (*_portable(update), results), time.perf_counter() - began
 
