@@ -62,13 +62,13 @@ class ClientCallback:
     #: ``None`` (the default): whether the class overrides :meth:`request_step`; a callback that overrides it only
     #: to see each dispatch and never asks (FedSA's ``ParticipationLearningRate``) declares ``False``.
     asks_server: bool | None = None
-    #: ``True`` when :meth:`on_fresh_model` reads nothing but the module's weights and buffers, ``batch``, the random
-    #: generators and the step counters (``trainer.trainer``), and changes nothing but the module's weights and
-    #: buffers, the random generators, ``trainer.job_info`` and what :meth:`merge_result` hands back: a Ray run may
-    #: then compute a job's merge in the simulation's process, from the job's state at its request, and send what the
-    #: merge changed to the worker where the rest of the job trains (when that worker is busy with another job).
-    #: ``False`` (the default): a job's merge is computed where the job is parked. A callback that does not override
-    #: :meth:`on_fresh_model` needs nothing.
+    #: ``True`` when :meth:`on_fresh_model` reads nothing but the module's floating-point weights and buffers and its
+    #: BatchNorm counts, ``batch``, the random generators and the step counters (``trainer.trainer``), and changes
+    #: nothing but those weights, buffers and counts, the random generators, ``trainer.job_info`` and what
+    #: :meth:`merge_result` hands back: a Ray run may then compute a job's merge in the simulation's process, from
+    #: the job's state at its request, and send what the merge changed to the worker where the rest of the job
+    #: trains (when that worker is busy with another job). ``False`` (the default): a job's merge is computed where
+    #: the job is parked. A callback that does not override :meth:`on_fresh_model` needs nothing.
     merges_from_request_state: bool = False
     #: ``True`` when the callback may retire clients for good (e.g. local DP's budget spent): it then keeps
     #: :attr:`retired` (a bool per client, from ``on_fit_start``), the simulator treats a retired client as offline

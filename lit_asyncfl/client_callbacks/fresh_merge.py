@@ -173,7 +173,9 @@ class FreshModelMerge(ClientCallback):
     _on_worker = False
     carries_state = True  # gamma_i, upsilon_i travel with the job; the slot policy learns here, from what comes back
     learns_from_job_result = False  # (learned at the merge: a Ray run lets the rest train on until the arrival)
-    merges_from_request_state = True  # (reads the weights, the batch and the generators; changes weights, job_info)
+    #: (reads the weights, the batch and the generators; changes the weights and job_info; the module's training_step,
+    #: called twice, must leave no other trace: else set it False on the instance, see docs/ray.md)
+    merges_from_request_state = True
 
     def job_state(self, job: ClientJob) -> tuple[float, float]:
         r""":math:`(\gamma_i, \upsilon_i)` of the job's client."""

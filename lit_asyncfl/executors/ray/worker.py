@@ -108,8 +108,8 @@ class _Merged:
 
     def apply(self, engine: Any, device: Any) -> None:
         """Put the merge's effects on a parked job's engine (in place of computing the merge there)."""
-        if self.weights is not None:
-            engine.flat.load(self.weights, self.tracked)
+        if self.weights is not None:  # (mid-job: the module's other buffers stay as the job left them)
+            engine.flat.load(self.weights, self.tracked, reset=False)
         engine.job_info.update({k: v.to(engine.device) if isinstance(v, Tensor) else v for k, v in self.info.items()})
         restore_generators(device, self.rng)
 
