@@ -91,8 +91,9 @@ class CohortEngine(LocalEngine):
 
     The jobs' weights are stacked into one ``[jobs, parameters]`` tensor, in rows ordered by decreasing number of
     local steps; at local step ``t`` every job that still trains (the first rows) is trained in one call of
-    ``vmap(grad_and_value(functional_call(training_step)))``, each on exactly the batch the ``fast`` engine would
-    give it (same generator, same order), whatever the shard sizes:
+    ``vmap(functional_call(training_step))`` (its gradient taken by autograd outside ``vmap``; convolutions and
+    max-pooling run channels-last over the jobs, see :mod:`~lit_asyncfl.engines.cohort_kernels`), each on exactly
+    the batch the ``fast`` engine would give it (same generator, same order), whatever the shard sizes:
 
     - A smaller batch (a client's last one) is **padded** to the largest batch of the step with copies of its first
       sample whose loss weight is 0: the loss is then ``training_step`` on each sample alone (an inner ``vmap``),

@@ -1,6 +1,6 @@
 """The cohort engine's batched training step: the module's ``training_step`` run on many jobs' weights in one
-``vmap(grad_and_value(functional_call(...)))`` call, what the module sees while it runs (``self.log`` and
-``self.trainer`` stand-ins), and the padding of smaller batches with its exactness probe."""
+``vmap(functional_call(...))`` call whose gradient autograd takes outside ``vmap``, what the module sees while it
+runs (``self.log`` and ``self.trainer`` stand-ins), and the padding of smaller batches with its exactness probe."""
 
 from __future__ import annotations
 
