@@ -309,7 +309,9 @@ class CohortEngine(LocalEngine):
                 s.index_copy_(0, rows, rows_state)
             weights.index_copy_(0, rows, torch.addcmul(w, lr, g, value=-1))
             cohort.loss_sums.index_add_(0, rows, loss.detach())
-        rows_logged = {name: value.detach().tolist() for name, value in logged.items()}  # one copy, not one per job
+        # One conversion for all jobs, into float32 CPU scalars (views): a JobLog sums those on its fast path, with
+        # the float32 operations (as Lightning's) that it applies to any other value after converting it alone.
+        rows_logged = {name: value.detach().to("cpu", torch.float32).unbind(0) for name, value in logged.items()}
         for row, j in enumerate(members):
             cohort.log(j, t, {name: values[row] for name, values in rows_logged.items()})
 
