@@ -44,6 +44,11 @@ and FedAvg with 50 (X) or 10 (Y) clients in flight:
 
     python scripts/bench_engines.py --whole-runs                   # ~600 updates per run, 3 repeats: 3-6 minutes
     python scripts/bench_engines.py --whole-runs --partitions dirichlet --repeats 5
+
+``--step`` times one batched step of the cohort engine at 5, 10, 20 and 50 jobs (10 samples each, whole and padded
+batches), interleaved, medians: the step before the channels-last kernels (gradient inside ``vmap``), the engine's step
+without routing convolutions and max-pooling (``vmap``'s own kernels, gradient outside ``vmap``) and the engine's step.
+The last line is ``step_speedup_5=X ... step_speedup_50=X`` (whole batches: the first's time divided by the engine's).
 """
 
 from __future__ import annotations
@@ -396,6 +401,74 @@ def whole_runs(args: argparse.Namespace) -> None:
     print(f"cohort_vs_raw_whole_50={whole[50]} cohort_vs_raw_whole_10={whole[10]}")
 
 
+STEP_JOBS = (5, 10, 20, 50)
+
+
+def batched_steps(args: argparse.Namespace) -> None:
+    """``--step``: one batched step of the cohort engine (LeNet-5, digits, 10 samples per job, whole and padded
+    batches) at 5, 10, 20 and 50 jobs, three ways, interleaved: the engine's step (gradient outside ``vmap``,
+    convolutions and max-pooling channels-last over the jobs), the same without that routing (``vmap``'s own
+    kernels), and the step before both (``vmap(grad_and_value(...))``)."""
+    from contextlib import nullcontext
+
+    from torch.func import grad_and_value, vmap
+
+    from lit_asyncfl.engines import CohortEngine
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    dm = DigitsDataModule(partition="iid", batch_size=10)
+    dm.setup("fit")
+    shards = dm.client_shards(args.clients, seed=0)
+    engine = CohortEngine(LeNet5(lr=0.05), shards, 10)
+    batched, start = engine.batched, engine.flat.read()
+    inside = {
+        False: vmap(grad_and_value(batched.loss, has_aux=True), in_dims=(0, 0, None), randomness="different"),
+        True: vmap(grad_and_value(batched.padded_loss, has_aux=True), in_dims=(0, 0, 0, None), randomness="different"),
+    }
+    kernels = batched.kernels
+    print(f"one batched step, LeNet-5, digits, 10 samples per job, {args.threads} thread(s), {args.repeats} repeats")
+    header = ("jobs", 4), ("batches", 8), ("grad in vmap ms", 16), ("vmap kernels ms", 16), ("engine ms", 10)
+    print(" ".join(f"{text:>{width}}" for text, width in header), f"{'speedup':>8}")
+    speedups = {}
+    for jobs in STEP_JOBS:
+        weights = start + 0.01 * torch.randn(jobs, start.numel())
+        batch = [shards.inputs[: jobs * 10].view(jobs, 10, 1, 8, 8), shards.targets[: jobs * 10].view(jobs, 10)]
+        loss_weights = torch.full((jobs, 10), 0.1)
+        for padded in (False, True):
+            args_ = (batch, loss_weights, 0) if padded else (batch, 0)
+            engine_step = batched.padded_step if padded else batched.step
+
+            def before(p: dict[str, Tensor], *a: Any, padded: bool = padded) -> Any:
+                return inside[padded](p, *a)
+
+            def unrouted(p: dict[str, Tensor], *a: Any, step: Any = engine_step) -> Any:
+                batched.kernels = nullcontext()
+                try:
+                    return step(p, *a)
+                finally:
+                    batched.kernels = kernels
+
+            ways = {"before": before, "unrouted": unrouted, "engine": engine_step}
+            times: dict[str, list[float]] = {name: [] for name in ways}
+            with OneDNN(engine.onednn), batched.stand_ins():
+                for step in ways.values():
+                    step(batched.params(weights), *args_)  # warm-up
+                for _ in range(args.repeats):
+                    for name, step in ways.items():
+                        t0 = time.perf_counter()
+                        for _ in range(5):
+                            step(batched.params(weights), *args_)
+                        times[name].append((time.perf_counter() - t0) / 5)
+            med = {name: statistics.median(v) * 1e3 for name, v in times.items()}
+            speedups[(jobs, padded)] = med["before"] / med["engine"]
+            print(
+                f"{jobs:>4} {'padded' if padded else 'whole':>8} {med['before']:>16.2f} {med['unrouted']:>16.2f} "
+                f"{med['engine']:>10.2f} {speedups[(jobs, padded)]:>7.2f}x"
+            )
+    print(" ".join(f"step_speedup_{jobs}={speedups[(jobs, False)]:.2f}" for jobs in STEP_JOBS))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--whole-runs", action="store_true", help="time whole runs: fast, cohort, raw loop")
@@ -411,7 +484,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--onednn", choices=["auto", "on", "off"], default="auto")
     parser.add_argument("--compile", action="store_true", help="add the torch.compile'd cohort (compiles first)")
+    parser.add_argument("--step", action="store_true", help="time one batched cohort step three ways (see its doc)")
     args = parser.parse_args()
+    if args.step:
+        args.repeats = args.repeats or 9
+        return batched_steps(args)
     if args.whole_runs:
         args.repeats = args.repeats or 3
         return whole_runs(args)  # each trainer sets its own thread count (1) and kernel choice

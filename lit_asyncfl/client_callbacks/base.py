@@ -62,6 +62,14 @@ class ClientCallback:
     #: ``None`` (the default): whether the class overrides :meth:`request_step`; a callback that overrides it only
     #: to see each dispatch and never asks (FedSA's ``ParticipationLearningRate``) declares ``False``.
     asks_server: bool | None = None
+    #: ``True`` when :meth:`on_fresh_model` reads nothing but the module's floating-point weights and buffers and its
+    #: BatchNorm counts, ``batch``, the random generators and the step counters (``trainer.trainer``), and changes
+    #: nothing but those weights, buffers and counts, the random generators, ``trainer.job_info`` and what
+    #: :meth:`merge_result` hands back: a Ray run may then compute a job's merge in the simulation's process, from
+    #: the job's state at its request, and send what the merge changed to the worker where the rest of the job
+    #: trains (when that worker is busy with another job). ``False`` (the default): a job's merge is computed where
+    #: the job is parked. A callback that does not override :meth:`on_fresh_model` needs nothing.
+    merges_from_request_state: bool = False
     #: ``True`` when the callback may retire clients for good (e.g. local DP's budget spent): it then keeps
     #: :attr:`retired` (a bool per client, from ``on_fit_start``), the simulator treats a retired client as offline
     #: for good (never dispatched again), and the run ends, with ``stop_reason`` :attr:`retire_reason`, once every
@@ -100,9 +108,9 @@ class ClientCallback:
         ``job.base_version``); ``batch`` is the mini-batch of the last local step. The module's weights
         (``trainer.flat.flat``) may be modified in place; training then continues from them. What the merge
         teaches state shared across jobs is learned at the job's request event (:meth:`merge_result`,
-        :meth:`commit_merge_result`; FedASMU's :class:`~lit_asyncfl.client_callbacks.FreshModelMerge`): it must
-        depend only on the module's weights and buffers, ``batch``, the random generators and the step counters
-        (the Ray executor computes it from those, and checks it against the worker's)."""
+        :meth:`commit_merge_result`; FedASMU's :class:`~lit_asyncfl.client_callbacks.FreshModelMerge`). A callback
+        whose merge reads and changes only the job's state at its request declares
+        :attr:`merges_from_request_state` (the Ray executor may then compute it away from the job's worker)."""
 
     def loss_term(self, trainer: FastEngine, job: ClientJob, batch: Any) -> Tensor | None:
         """Called after ``training_step`` returned the loss of ``batch`` and before ``backward``: a tensor returned

@@ -61,12 +61,12 @@ class FreshModelMerge(ClientCallback):
     What the merge teaches (:math:`\gamma_i, \upsilon_i` and the slot policy's reward) is learned at the merge, i.e.
     at the job's request event, under every executor: :meth:`on_fresh_model` keeps it, and once every callback's
     ``on_fresh_model`` returned the executor takes it (:meth:`merge_result`) and learns it
-    (:meth:`commit_merge_result`; on Ray the simulation's process computes it from the job's state at its request
-    while the worker trains the rest): later dispatches read it. A job that raises after its merge keeps what the
-    merge taught and fails at its arrival event (dropped there, or the run stops there); one that raises before or
-    in its merge (a later callback's ``on_fresh_model`` included), or whose merge gives non-finite values, teaches
-    nothing. A job to which the server had nothing
-    newer teaches nothing either (its slot plan is forgotten).
+    (:meth:`commit_merge_result`; on Ray the merge is computed once, on the job's worker or in the simulation's
+    process from the job's state at its request, and the rest trains on the worker): later dispatches read it. A
+    job that raises after its merge keeps what the merge taught and fails at its arrival event (dropped there, or
+    the run stops there); one that raises before or in its merge (a later callback's ``on_fresh_model`` included),
+    or whose merge gives non-finite values, teaches nothing. A job to which the server had nothing newer teaches
+    nothing either (its slot plan is forgotten).
 
     Args:
         mu_beta: :math:`\mu_\beta`.
@@ -173,6 +173,9 @@ class FreshModelMerge(ClientCallback):
     _on_worker = False
     carries_state = True  # gamma_i, upsilon_i travel with the job; the slot policy learns here, from what comes back
     learns_from_job_result = False  # (learned at the merge: a Ray run lets the rest train on until the arrival)
+    #: (reads the weights, the batch and the generators; changes the weights and job_info; the module's training_step,
+    #: called twice, must leave no other trace: else set it False on the instance, see docs/ray.md)
+    merges_from_request_state = True
 
     def job_state(self, job: ClientJob) -> tuple[float, float]:
         r""":math:`(\gamma_i, \upsilon_i)` of the job's client."""

@@ -91,13 +91,13 @@ class FlatParameters:
         """Bytes of one copy of the model (what a client downloads or uploads)."""
         return self.flat.numel() * self.flat.element_size()
 
-    def load(self, weights: Tensor, tracked: Tensor | None = None) -> None:
-        """Copy ``weights`` into the module in one operation (and reset the buffers outside the flat vector; with
-        ``tracked``, set BatchNorm's ``num_batches_tracked`` to their binding values plus ``tracked``, one entry
-        per layer as :meth:`tracked` reads them)."""
+    def load(self, weights: Tensor, tracked: Tensor | None = None, reset: bool = True) -> None:
+        """Copy ``weights`` into the module in one operation (and reset the buffers outside the flat vector unless
+        ``reset=False``, e.g. mid-job; with ``tracked``, set BatchNorm's ``num_batches_tracked`` to their binding
+        values plus ``tracked``, one entry per layer as :meth:`tracked` reads them)."""
         with torch.no_grad():
             self.flat.copy_(weights)
-            for buf, initial in self._fixed:
+            for buf, initial in self._fixed if reset else ():
                 buf.copy_(initial)
             if tracked is not None:
                 for (buf, initial), count in zip(self._counters, tracked.tolist(), strict=True):

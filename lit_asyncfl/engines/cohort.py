@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from lit_asyncfl.client_callbacks.base import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
-from lit_asyncfl.engines.base import LocalEngine, OneDNN, generators_kept, parse_optimizers
+from lit_asyncfl.engines.base import LocalEngine, OneDNN, choose_onednn, generators_kept, parse_optimizers
 from lit_asyncfl.engines.cohort_optim import (
     _AdamSettings,
     _BatchedOptimizer,
@@ -91,8 +91,9 @@ class CohortEngine(LocalEngine):
 
     The jobs' weights are stacked into one ``[jobs, parameters]`` tensor, in rows ordered by decreasing number of
     local steps; at local step ``t`` every job that still trains (the first rows) is trained in one call of
-    ``vmap(grad_and_value(functional_call(training_step)))``, each on exactly the batch the ``fast`` engine would
-    give it (same generator, same order), whatever the shard sizes:
+    ``vmap(functional_call(training_step))`` (its gradient taken by autograd outside ``vmap``; convolutions and
+    max-pooling run channels-last over the jobs, see :mod:`~lit_asyncfl.engines.cohort_kernels`), each on exactly
+    the batch the ``fast`` engine would give it (same generator, same order), whatever the shard sizes:
 
     - A smaller batch (a client's last one) is **padded** to the largest batch of the step with copies of its first
       sample whose loss weight is 0: the loss is then ``training_step`` on each sample alone (an inner ``vmap``),
@@ -161,6 +162,14 @@ class CohortEngine(LocalEngine):
         #: Groups of fewer jobs step one job at a time without ``vmap`` (see :data:`MIN_BATCHED`); a compiled step
         #: batches every group, as before (its cost per call was not measured against plain steps).
         self.min_batched = 1 if compile else MIN_BATCHED
+        #: oneDNN for the steps run one job at a time: the ``fast`` engine's choice for this module and data
+        #: (:func:`~lit_asyncfl.engines.choose_onednn`, off for small convolutions: 1.39x faster single-job steps of
+        #: LeNet-5 on digits), where the batched steps keep ``onednn`` (its channels-last grouped convolutions).
+        self.single_job_onednn = self.onednn
+        batch = self._probe_batch()
+        if batch is not None:
+            with generators_kept(self.device):
+                self.single_job_onednn = choose_onednn(self.onednn, self.module, batch, self.device)
 
     def _probe_batch(self) -> Any:
         """The largest client's first batch (in the order of a generator seeded 0), or ``None`` without data."""
@@ -308,7 +317,9 @@ class CohortEngine(LocalEngine):
                 s.index_copy_(0, rows, rows_state)
             weights.index_copy_(0, rows, torch.addcmul(w, lr, g, value=-1))
             cohort.loss_sums.index_add_(0, rows, loss.detach())
-        rows_logged = {name: value.detach().tolist() for name, value in logged.items()}  # one copy, not one per job
+        # One conversion for all jobs, into float32 CPU scalars (views): a JobLog sums those on its fast path, with
+        # the float32 operations (as Lightning's) that it applies to any other value after converting it alone.
+        rows_logged = {name: value.detach().to("cpu", torch.float32).unbind(0) for name, value in logged.items()}
         for row, j in enumerate(members):
             cohort.log(j, t, {name: values[row] for name, values in rows_logged.items()})
 
@@ -317,7 +328,7 @@ class CohortEngine(LocalEngine):
         ``vmap``'s fixed cost per call would outweigh the batching, see :data:`MIN_BATCHED`)."""
         optimizer, w = self.stacked_optimizer, cohort.weights[j]  # a view: updated in place
         self.flat.load(w)  # the module's parameters are views of self.flat (no floating buffers under this engine)
-        with torch.enable_grad():
+        with torch.enable_grad(), OneDNN(self.single_job_onednn):
             loss, logged = self._step_module(cohort.plans[j][t][2], idx)
             grads = torch.autograd.grad(loss, self.flat.params, allow_unused=True, materialize_grads=True)
         g = torch.cat([grad.reshape(-1) for grad in grads])

@@ -1,6 +1,6 @@
 """The cohort engine's batched training step: the module's ``training_step`` run on many jobs' weights in one
-``vmap(grad_and_value(functional_call(...)))`` call, what the module sees while it runs (``self.log`` and
-``self.trainer`` stand-ins), and the padding of smaller batches with its exactness probe."""
+``vmap(functional_call(...))`` call whose gradient autograd takes outside ``vmap``, what the module sees while it
+runs (``self.log`` and ``self.trainer`` stand-ins), and the padding of smaller batches with its exactness probe."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torchmetrics import Metric
 
 from lit_asyncfl.core.flat import FlatParameters
+from lit_asyncfl.engines.cohort_kernels import BatchedKernels
 from lit_asyncfl.loops.stand_in import JobTrainer
 
 #: The refusal of a torchmetrics object updated in ``training_step`` (checked at fit start, see
@@ -139,13 +140,42 @@ class _BatchedStep:
         self.metrics = [m for m in module.modules() if isinstance(m, Metric)]
         for metric in self.metrics:  # one state per job cannot be batched: refused at fit start (step_refusal)
             metric.update = metric.forward = _refuse_metric  # type: ignore[method-assign]
-        self.step = vmap(grad_and_value(self.loss, has_aux=True), in_dims=(0, 0, None), randomness="different")
-        self.padded_step = vmap(
-            grad_and_value(self.padded_loss, has_aux=True), in_dims=(0, 0, 0, None), randomness="different"
-        )
-        if compile:
-            self.step = torch.compile(self.step, dynamic=True)
-            self.padded_step = torch.compile(self.padded_step, dynamic=True)
+        #: The convolutions and max-poolings routed channels-last over the stacked jobs (its ``routed`` counts them).
+        self.kernels = BatchedKernels()
+        if compile:  # what torch.compile traces: the gradient inside vmap
+            self.step = torch.compile(
+                vmap(grad_and_value(self.loss, has_aux=True), in_dims=(0, 0, None), randomness="different"),
+                dynamic=True,
+            )
+            self.padded_step = torch.compile(
+                vmap(grad_and_value(self.padded_loss, has_aux=True), in_dims=(0, 0, 0, None), randomness="different"),
+                dynamic=True,
+            )
+        else:
+            self.step = self._gradients(vmap(self.loss, in_dims=(0, 0, None), randomness="different"))
+            self.padded_step = self._gradients(vmap(self.padded_loss, in_dims=(0, 0, 0, None), randomness="different"))
+
+    def _gradients(self, batched: Any) -> Any:
+        """The step of the jobs' ``batched`` losses (a ``vmap`` of :meth:`loss` or :meth:`padded_loss`): their
+        forward under ``vmap`` with the routed kernels (:class:`~lit_asyncfl.engines.cohort_kernels.BatchedKernels`),
+        recorded by ordinary autograd, and the gradient of the sum of the jobs' losses, whose part in a job's
+        weights is that job's gradient (the jobs do not interact). Returns what ``vmap(grad_and_value(...,
+        has_aux=True))`` would: the gradients by name, and the losses and logged values, detached."""
+
+        def step(params: dict[str, Tensor], *args: Any) -> tuple[dict[str, Tensor], tuple[Tensor, dict[str, Tensor]]]:
+            leaves = {name: p.detach().requires_grad_() for name, p in params.items()}
+            with torch.enable_grad():
+                with self.kernels:
+                    loss, logged = batched(leaves, *args)
+                inputs = list(leaves.values())
+                grads = (
+                    torch.autograd.grad(loss.sum(), inputs, allow_unused=True, materialize_grads=True)
+                    if loss.requires_grad
+                    else [torch.zeros_like(p) for p in inputs]  # a loss that does not depend on the weights
+                )
+            return dict(zip(leaves, grads)), (loss.detach(), {name: v.detach() for name, v in logged.items()})
+
+        return step
 
     def stand_ins(self, trainer: CohortJobTrainer | None = None) -> _StandIns:
         """A context in which the module's ``self.log`` collects into this step and ``self.trainer`` is

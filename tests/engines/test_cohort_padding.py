@@ -58,11 +58,17 @@ class CountCalls:
         return counted
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("epochs", [1, 2])
-def test_unequal_shards_train_in_one_call_per_step_with_the_fast_engines_weights(epochs, shards):
+def test_unequal_shards_train_in_one_call_per_step_with_the_fast_engines_weights(epochs, dtype, shards):
+    """In float64 the cohort equals fast to rounding (1e-12). In float32 a job's weights stay within 1e-7 of fast's
+    until rounding moves a ReLU input across 0, after which the job's path differs by ~1e-4 (measured: client 9
+    here, 1.5e-8 after 15 steps, 2.8e-4 after its 16th, a step of 2 jobs; the same job trained alone with vmap's
+    own kernels flips too; in float64 it agrees to 3e-17): so float32 is checked loosely, against gross errors."""
     torch.manual_seed(0)
-    model = LeNet5(lr=0.05)
-    fast, cohort, calls, start = engines(model, shards)  # every step batched, even those of a single job
+    model, data = (LeNet5(lr=0.05), shards) if dtype == torch.float32 else (LeNet5(lr=0.05).double(), double(shards))
+    tolerance = 2e-3 if dtype == torch.float32 else 1e-12
+    fast, cohort, calls, start = engines(model, data)  # every step batched, even those of a single job
     assert cohort.no_padding_because is None  # a mean-reduced cross-entropy: padding is exact
     clients = list(range(12))
     sizes = [shards.num_samples(c) for c in clients]
@@ -77,14 +83,20 @@ def test_unequal_shards_train_in_one_call_per_step_with_the_fast_engines_weights
         assert calls.sizes == [sum(s > k for s in total) for k in range(max(total))]
     else:  # E > 1: jobs of unequal shards are at other epochs and batch indices: grouped by them (documented)
         assert len(calls.sizes) < sum(total)
+    # Both convolutions of every call of 2 jobs or more ran channels-last over the jobs (cohort_kernels); a single
+    # job ran vmap's own rule.
+    assert cohort.batched.kernels.routed == {"conv2d": 2 * sum(k > 1 for k in calls.sizes)} | {
+        "max_pool2d": 2 * sum(k > 1 for k in calls.sizes)
+    }
     for j, w0, update in zip(jobs, starts, updates):
         expected = fast.train(j, w0)
         assert update.job is j and update.num_steps == expected.num_steps == epochs * -(
             -shards.num_samples(j.client) // 10
         )
-        torch.testing.assert_close(update.weights, expected.weights, rtol=0, atol=1e-6)
-        assert update.train_loss == pytest.approx(expected.train_loss, abs=1e-6)
-        assert update.metrics["train_loss"] == pytest.approx(expected.metrics["train_loss"], abs=1e-6)
+        torch.testing.assert_close(update.weights, expected.weights, rtol=0, atol=tolerance)
+        losses = max(tolerance, 1e-6)  # the logged means are float32 (Lightning's), as under fast
+        assert update.train_loss == pytest.approx(expected.train_loss, abs=losses)
+        assert update.metrics["train_loss"] == pytest.approx(expected.metrics["train_loss"], abs=losses)
 
 
 def test_padded_steps_in_float64_equal_fast_to_rounding_also_under_weight_decay_prox_and_lr_decay(shards):

@@ -257,6 +257,28 @@ def test_the_engine_applies_the_kernel_choice_during_training_only(onednn, shard
     assert torch.backends.mkldnn.enabled is True
 
 
+class RecordsKernelAndBatching(LeNet5):
+    def training_step(self, batch, batch_idx):
+        batched = torch._C._functorch.is_batchedtensor(batch[0])  # under the cohort's vmap, or a job alone
+        self.flags = [*getattr(self, "flags", []), (batched, torch.backends.mkldnn.enabled)]
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("onednn", [None, True, False])
+def test_the_cohort_runs_steps_of_one_job_with_the_fast_engines_kernel_choice(onednn, shards):
+    """Batched steps keep oneDNN on unless the user chose (its channels-last grouped convolutions); steps run one
+    job at a time take the fast engine's choice (automatic: off for these small convolutions)."""
+    torch.backends.mkldnn.enabled = True
+    executor = build_executor("cohort", RecordsKernelAndBatching(), shards, 10, onednn=onednn)
+    engine = executor.trainer
+    assert engine.single_job_onednn is (False if onednn is None else onednn)
+    engine.module.flags = []
+    engine.train_many([job(c, 1, seed=c) for c in range(6)], [engine.flat.read()] * 6)
+    by_kind = {batched: {flag for b, flag in engine.module.flags if b == batched} for batched in (True, False)}
+    assert by_kind == {True: {True if onednn is None else onednn}, False: {False if onednn is None else onednn}}
+    assert torch.backends.mkldnn.enabled is True
+
+
 def test_onednn_changes_fast_results_only_in_the_last_bits_and_runs_stay_deterministic(tmp_path):
     weights = {
         flag: [

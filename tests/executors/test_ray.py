@@ -180,20 +180,23 @@ def test_a_killed_worker_is_replaced_and_its_jobs_recomputed_with_the_same_resul
     assert torch.equal(global_weights(on_ray), global_weights(sequential))
 
 
-@pytest.mark.parametrize("at_event", [4, 9])
+@pytest.mark.parametrize("at_event", [6, 20])
 def test_a_killed_worker_with_fedasmu_jobs_parked_on_it_is_replaced_with_the_same_result(tmp_path, cluster, at_event):
-    """Jobs parked at their request, their merges learned here and their rests waiting for the worker that died:
-    trained again whole, with the same answer, their merges not learned twice."""
+    """Jobs parked at their request, their merges on the worker that died or learned here and their rests waiting
+    for it: merged again from the start elsewhere, or trained again whole with the same answer, their merges not
+    learned twice."""
 
     def slow(seed=0):
         torch.manual_seed(seed)
         return SlowLeNet(lr=0.05)
 
-    sequential = fit(tmp_path / "seq", "fedasmu", model=slow(), num_clients=20, max_versions=4)
+    sequential = fit(tmp_path / "seq", merging_fedasmu(), model=slow(), max_versions=20)
     executor = RayExecutor(num_workers=2)
     kill = KillAWorker(executor, at_event=at_event)
-    on_ray = fit(tmp_path / "ray", "fedasmu", executor, model=slow(), num_clients=20, max_versions=4, callbacks=[kill])
-    assert kill.killed == 1 and on_ray.summary["executor"]["worker_restarts"] == 1
+    on_ray = fit(tmp_path / "ray", merging_fedasmu(), executor, model=slow(), max_versions=20, callbacks=[kill])
+    stats = on_ray.summary["executor"]
+    assert kill.killed == 1 and stats["worker_restarts"] == 1 and stats["jobs_recomputed"] > 0
+    assert stats["merges_here"] + stats["merges_on_workers"] == 13
     assert torch.equal(global_weights(on_ray), global_weights(sequential))
 
 
@@ -596,7 +599,8 @@ def test_fedasmu_with_a_callback_learning_at_the_job_end_gives_the_sequential_we
     sequential = fit(tmp_path / "seq", fedasmu_with_participation_rates(), **kwargs)
     torch.manual_seed(0)
     on_ray = fit(tmp_path / "ray", fedasmu_with_participation_rates(), RayExecutor(num_workers=2), **kwargs)
-    assert on_ray.summary["executor"]["jobs_local"] == 0
+    stats = on_ray.summary["executor"]
+    assert stats["jobs_local"] == 0 and stats["merges_here"] + stats["merges_on_workers"] > 0
     assert torch.equal(global_weights(on_ray), global_weights(sequential))
 
 
@@ -627,35 +631,6 @@ def test_only_a_jobs_own_error_after_its_merge_counts_as_its_failure_after_the_r
     assert [executor.failed_after_request(k) for k in (1, 2, 3, 4)] == [raised, None, None, None]
 
 
-def test_the_rest_of_a_job_in_a_worker_thread_trains_on_the_worker_gpu_named_by_its_index(monkeypatch):
-    """A GPU worker's device is ``torch.device("cuda")`` (Ray picks the GPU): the thread that trains the rest of a
-    job after its merge is set to the calling thread's GPU by index (``torch.cuda.set_device`` refuses a device
-    without one: before, every GPU worker's merge raised ``ValueError``)."""
-    from types import SimpleNamespace
-
-    import lit_asyncfl.engines.fast as fast
-    import lit_asyncfl.executors.ray.worker as worker
-
-    chosen = []
-
-    def set_device(device):
-        if isinstance(device, torch.device) and device.index is None:
-            raise ValueError(f"Expected a cuda device with a specified index or an integer, but got:{device}")
-        chosen.append(device)
-
-    monkeypatch.setattr(torch.cuda, "set_device", set_device)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
-    monkeypatch.setattr(worker, "restore_generators", lambda device, rng: None)
-    monkeypatch.setattr(fast, "next_part", lambda parts, fresh: "the update")
-    engine = SimpleNamespace(callbacks=[], device=torch.device("cuda"), onednn=False, fresh_model=None)
-    runner = worker._JobRunner(SimpleNamespace(callbacks=[], device=torch.device("cuda")), background=True)
-    job = SimpleNamespace(job_id=7)
-    runner.parked[7] = (engine, SimpleNamespace(close=lambda: None), None)
-    assert runner.merge(job, None) == []
-    assert runner.rest(job) == ("the update", [])
-    assert chosen == [1] and all(type(d) is int for d in chosen)
-
-
 def test_fedsa_jobs_are_not_taken_for_jobs_that_ask_the_server(tmp_path, cluster, caplog):
     """FedSA's ParticipationLearningRate overrides ``request_step`` only to record each dispatch
     (``asks_server = False``): no merge runner is built for its runs, and no warning says that its jobs ask the
@@ -683,3 +658,36 @@ def test_fedsa_jobs_are_not_taken_for_jobs_that_ask_the_server(tmp_path, cluster
             RayExecutor.start = start
     assert built == [False, False]
     assert "ask the server mid-training" not in caplog.text
+
+
+def merging_fedasmu(declared=True):
+    """FedASMU with short periods and few slots: most requests find a newer model (13 of 20 in 20 versions)."""
+    from lit_asyncfl.algorithms import FedASMU
+
+    algorithm = FedASMU(clients_per_trigger=3, max_parallel=4, num_slots=3, epsilon=0.5, lr_gamma=1e-2)
+    algorithm.client_callbacks[0].merges_from_request_state = declared
+    return algorithm
+
+
+def test_each_merge_is_computed_once_here_or_on_the_job_worker_with_the_sequential_weights(tmp_path, cluster):
+    """A job's merge is computed once: on its worker when that worker is free, else here from the job's state at
+    its request (the worker then trains the rest from what the merge changed), or here on the job's own engine when
+    it is parked here (``train_locally``); a callback that does not declare ``merges_from_request_state`` is merged
+    where the job is parked. Every way gives the sequential weights."""
+    kwargs = {"max_versions": 20}
+    sequential = fit(tmp_path / "seq", merging_fedasmu(), **kwargs)
+    merges = {"here": 0, "on_workers": 0}
+    for i, (executor, declared) in enumerate([
+        (RayExecutor(num_workers=2), True),
+        (RayExecutor(num_workers=1, train_locally=True), True),
+        (RayExecutor(num_workers=2), False),
+    ]):  # fmt: skip
+        on_ray = fit(tmp_path / str(i), merging_fedasmu(declared), executor, **kwargs)
+        assert torch.equal(global_weights(on_ray), global_weights(sequential))
+        stats = on_ray.summary["executor"]
+        assert stats["merges_here"] + stats["merges_on_workers"] == 13  # (the requests that found a newer model)
+        if not declared:
+            assert stats["merges_here"] == 0  # (no job parked here without train_locally)
+        merges["here"] += stats["merges_here"]
+        merges["on_workers"] += stats["merges_on_workers"]
+    assert merges["here"] > 0 and merges["on_workers"] > 0

@@ -104,11 +104,12 @@ def test_a_run_with_carried_state_resumes_exactly_across_executors(tmp_path, loc
     assert torch.equal(global_weights(resumed), global_weights(full))
 
 
-@pytest.mark.parametrize("background", [False, True], ids=["here", "worker"])
-def test_a_job_parked_at_its_request_while_another_trains_ends_as_if_trained_whole(background):
+@pytest.mark.parametrize("where", ["parked", "elsewhere"])
+def test_a_job_parked_at_its_request_while_another_trains_ends_as_if_trained_whole(where):
     """Parts on a _JobRunner (the first, another job trained whole on the same runner, the merge with the server's
-    answer, then the rest: on a worker in a thread while another job waits for it) give the engine's one-go
-    training: the same weights and what FedASMU's merge learned, handed back at the merge."""
+    answer computed once: on the parked job's own engine, or on another runner from the job's state at its request
+    and put in place of the merge where the job is parked; then the rest) give the engine's one-go training: the same
+    weights and update info, and what FedASMU's merge learned, handed back at the merge."""
     from lit_asyncfl.core.update import ClientJob, JobTiming
     from lit_asyncfl.executors.factory import make_local_trainer
     from lit_asyncfl.executors.ray.worker import _JobRunner
@@ -133,16 +134,26 @@ def test_a_job_parked_at_its_request_while_another_trains_ends_as_if_trained_who
 
     first, second = job(0, 1), job(1, 2)
     states = [merge.job_state(first)], [merge.job_state(second)]
-    runner = _JobRunner(engine([merge]), background=background)
-    runner.first_part(first, start, states[0])
+    runner = _JobRunner(engine([merge]))
+    point = runner.first_part(first, start, states[0])
     other, _ = runner.train(second, start, states[1])
-    learned = runner.merge(first, fresh)
+    computed = []
+    if where == "parked":
+        learned = runner.merge(first, fresh)
+        parted, results = runner.resume(first)
+    else:
+        elsewhere = _JobRunner(engine([merge]))
+        elsewhere.train(second, start, states[1])  # (its engine holds another job's weights: the point replaces them)
+        learned, merged = elsewhere.learn_merge(first, point, states[0], fresh)
+        parked = runner.parked[first.job_id][0].callbacks[0]
+        parked.on_fresh_model = lambda *args: computed.append(args)  # (computed once: never again where it is parked)
+        parted, results = runner.resume(first, merged)
     assert learned[0] is not None and merge.controls(1) == (merge.gamma0, merge.upsilon0)  # not learned here
-    again, _ = runner.train(second, start, states[1])  # (on a worker: after the rest, which trains meanwhile)
-    parted, results = runner.rest(first)
-    assert results == [None] and not runner.rests and not runner.parked
+    again, _ = runner.train(second, start, states[1])
+    assert results == [None] and not runner.parked and not computed
     whole = engine([merge]).train(first, start, fresh)  # the sequential way (learns: the run's own callback)
     assert torch.equal(parted.weights, whole.weights) and parted.info["beta"] == whole.info["beta"]
+    assert list(parted.info) == list(whole.info) and torch.equal(parted.info["merge_jump"], whole.info["merge_jump"])
     assert merge.controls(1) == learned[0][0]
     assert torch.equal(other.weights, engine([merge]).train(second, start, None).weights)
     assert torch.equal(again.weights, other.weights)

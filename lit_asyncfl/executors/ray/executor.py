@@ -90,8 +90,9 @@ class RayExecutor(_Requests):
     is consumed, where the sequential executor learns it; the client state store stays here, its single owner. A job
     that asks the server mid-training (FedASMU's fresh-model request) trains in parts with the ``fast`` engine: up
     to its request as soon as it is shipped, parked on its worker with an engine of its own; at the request event
-    this process computes the merge from the job's state at its request and learns from it (:meth:`request`); the
-    rest, with the server's answer, trains on the job's worker and is collected at the job's arrival (an error
+    its merge is computed once, on that worker when it is free, else here from the job's state at its request
+    (``merges_from_request_state``), and learned from here (:meth:`request`); the rest, after the merge, trains on
+    the job's worker and is collected at the job's arrival (an error
     raised after the request fails the job there, as with the sequential executor); with a carried callback that
     learns from a job's end (``learns_from_job_result``) it is collected at the request event instead, and what the
     job taught committed there, where the sequential executor trains the whole job. What stays in the simulation's
@@ -182,7 +183,9 @@ class RayExecutor(_Requests):
         self.reuse_workers = reuse_workers
         #: What the last run's executor did: ``jobs_remote`` (trained on workers), ``jobs_local`` (jobs that stay
         #: in this process), ``jobs_trained_locally`` (shipped jobs this process trained, ``train_locally``),
-        #: ``jobs_recomputed``, ``worker_restarts``, ``max_results_waiting``, ``worker_seconds`` (the workers' time
+        #: ``jobs_recomputed``, ``worker_restarts``, ``max_results_waiting``, ``merges_here`` and
+        #: ``merges_on_workers`` (where the merges of jobs with a request were computed, each once),
+        #: ``worker_seconds`` (the workers' time
         #: spent training, summed; divided by wall time and workers it is their utilisation), ``local_seconds``
         #: (this process's: ``train_locally``'s jobs and the merges of parked jobs), ``wait_seconds`` (this
         #: process's time waiting for a worker's result) and ``request_seconds`` (its time at request events, until
@@ -298,13 +301,12 @@ class RayExecutor(_Requests):
         self._parked: dict[int, tuple[int, Any]] = {}  # job id -> (worker index or -1: here, actor): first part done
         self._merged: dict[int, list[Any]] = {}  # job id -> what its merge taught, until its request event takes it
         self._points: dict[int, Any] = {}  # job id -> its state at its request (parked), until its request event
-        self._learned: dict[int, list[Any]] = {}  # job id -> what its merge taught here, to check the worker's
         self._after: dict[int, ClientUpdate | _Failed] = {}  # jobs collected at their request, or failed after it
         self._stay: set[int] = set()  # jobs computed here, at their events
-        self._here, self._merge_runner = self._runners(make_trainer, bool(requests))
+        self._here, self._merge_runner = self._runners(make_trainer, callbacks)
         self.stats = dict.fromkeys(
             ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
-             "max_results_waiting"), 0,
+             "max_results_waiting", "merges_here", "merges_on_workers"), 0,
         )  # fmt: skip
         for key in ("worker_seconds", "local_seconds", "wait_seconds", "request_seconds"):
             self.stats[key] = 0.0
@@ -343,7 +345,7 @@ class RayExecutor(_Requests):
         self._waiting, self._running = [], {}
         self._pending, self._trainer_ref = {}, None  # nothing of the run stays alive
         self._parked, self._stay, self._here, self._merged, self._after = {}, set(), None, {}, {}
-        self._points, self._learned, self._merge_runner = {}, {}, None
+        self._points, self._merge_runner = {}, None
         if self._workers and self.reuse_workers:
             for worker in self._workers:
                 worker.unload.remote()
@@ -403,7 +405,6 @@ class RayExecutor(_Requests):
         self._merged.pop(job_id, None)
         self._after.pop(job_id, None)
         self._points.pop(job_id, None)
-        self._learned.pop(job_id, None)
         if shipped is not None and shipped.part == 2 and shipped.ref is None:  # parked, its rest not placed yet
             if shipped.worker < 0:
                 self._here.discard(job_id)
@@ -462,7 +463,6 @@ class RayExecutor(_Requests):
             self._fill()
             return value
         del self._pending[job_id]
-        self._learned.pop(job_id, None)
         self._fill()
         here = job_id in self._trained_here
         self._trained_here.discard(job_id)

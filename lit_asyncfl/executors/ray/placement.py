@@ -5,7 +5,9 @@ consumed. Which jobs form a task depends only on the order of submits and result
 from __future__ import annotations
 
 import contextlib
+import copy
 import heapq
+import math
 import time
 import weakref
 from collections.abc import Iterator
@@ -43,12 +45,13 @@ class _Shipped:
     worker: int = -1
     actor: Any = None
     states: list[Any] | None = None  # what the carried callbacks' state a (single) job reads, taken when shipped
-    #: 0: the whole job; 1: up to its request (then parked); 2: the rest of a parked job, with ``fresh`` (its merge
-    #: was learned from in this process); 3: its merge, with ``fresh`` (the rest of the job trains on, on the same
-    #: worker); 4: the rest after a merge of part 3 (waits for that worker's training)
+    #: 0: the whole job; 1: up to its request (then parked); 2: the rest of a parked job after its merge (on the
+    #: worker it is parked on, or here: ``worker`` -1); 3: the merge of a parked job with ``fresh``, where it is
+    #: parked (its learning goes back; the job stays parked for its part 2)
     part: int = 0
-    fresh: tuple[Tensor, int] | None = None  # the server's answer to the job's request (parts 0, 2, 3 and 4)
+    fresh: tuple[Tensor, int] | None = None  # the server's answer to the job's request (parts 0, 2 and 3)
     from_start: bool = False  # (part 3) the job's part before its request trains first: it is parked nowhere
+    merged: Any = None  # (part 2) what its merge changed, computed in this process (``None``: where it is parked)
 
 
 @dataclass
@@ -95,7 +98,7 @@ class _Placement:
     _merged: dict[int, list[Any]]
     _worker_device: str
     _points: dict[int, Any]
-    _learned: dict[int, list[Any]]
+    _whole: bool
     #: seconds and local steps trained on the workers, and here (``train_locally``): their pace
     _pace: dict[str, list[float]]
 
@@ -159,8 +162,8 @@ class _Placement:
         """Put waiting tasks, earliest expected arrival first, on workers with fewer than TASKS_PER_WORKER tasks,
         or whose tasks behind the one they train hold fewer than ``reserve`` local steps (this process is about to
         be busy for about that long: training a task itself, evaluating; a worker must not run dry meanwhile,
-        since only this process places tasks); the rest of a parked job (part 2) waits for the worker it is parked
-        on (or for this process)."""
+        since only this process places tasks); the merge and the rest of a parked job (parts 3 and 2) wait for the
+        worker it is parked on (or for this process)."""
         aside = []
         while self._waiting:
             free = [
@@ -175,9 +178,12 @@ class _Placement:
             if not self._live(shipped):  # every job of it was cancelled before it left
                 continue
             worker = min(free, key=self._busy.__getitem__)
-            if shipped.part == 2:  # parked: on its worker, or here (worker -1)
+            if _pinned(shipped):  # parked: on its worker, or here (worker -1)
                 if shipped.worker >= 0 and self._workers[shipped.worker] is not shipped.actor:  # it died meanwhile
-                    shipped.part = 0  # the whole job, with the answer (its merge was learned from already)
+                    if shipped.part == 2:
+                        shipped.part = 0  # the whole job, with the answer (its merge was learned from already)
+                    else:
+                        shipped.from_start = True  # the merge, from the start on the next free worker
                 elif shipped.worker not in free:
                     aside.append(entry)
                     continue
@@ -191,10 +197,11 @@ class _Placement:
                 shipped.ref = actor.train_many.remote(jobs, *starts)
             elif shipped.part == 1:
                 shipped.ref = actor.first_part.remote(jobs[0], starts[0], shipped.states)
-            elif shipped.part == 3:  # (a job whose first part is parked nowhere: see _merge)
-                shipped.ref = actor.merge.remote(jobs[0], _wired(shipped.fresh), starts[0], shipped.states)
+            elif shipped.part == 3:  # (from the start: a job parked nowhere, see _merge)
+                first = (starts[0], shipped.states) if shipped.from_start else ()
+                shipped.ref = actor.merge.remote(jobs[0], _wired(shipped.fresh), *first)
             elif shipped.part == 2:
-                shipped.ref = actor.resume.remote(jobs[0], _wired(shipped.fresh))
+                shipped.ref = actor.resume.remote(jobs[0], _wired_merge(shipped.merged))
             else:
                 shipped.ref = actor.train.remote(jobs[0], starts[0], shipped.states, _wired(shipped.fresh))
             shipped.worker, shipped.actor = worker, actor
@@ -316,13 +323,14 @@ class _Placement:
                         self._points[shipped.batch[0]] = point
                     return
                 elif shipped.part == 2:
-                    update, results, merged = runner.resume(jobs[0], shipped.fresh)
-                    done = [self._checked(shipped.batch[0], (update, results), merged)]
-                elif shipped.part == 3:  # the merge, then the rest at once (this process trains one job at a time)
+                    done = [runner.resume(jobs[0], shipped.merged)]
+                elif shipped.part == 3:  # the merge (its rest waits, parked here, for its turn)
                     if shipped.from_start:
                         runner.first_part(jobs[0], starts[0], shipped.states)
                     self._merged[shipped.batch[0]] = runner.merge(jobs[0], shipped.fresh)
-                    done = [runner.rest(jobs[0])]
+                    self.stats["merges_here"] += shipped.fresh is not None
+                    self._rest(shipped, jobs, starts, -1, None)
+                    return
                 else:
                     done = [runner.train(jobs[0], starts[0], shipped.states, shipped.fresh)]
         except Exception as error:
@@ -365,7 +373,7 @@ class _Placement:
             again = _Shipped(shipped.batch, shipped.key, shipped.failures + 1, jobs, starts)  # same task, same results
             again.states, again.part, again.fresh = shipped.states, shipped.part, shipped.fresh
             again.from_start = shipped.part == 3  # the part before the request went with the worker
-            if shipped.part in (2, 4):  # the whole job, with the answer (its merge was learned from already)
+            if shipped.part == 2:  # the whole job, with the answer (its merge was learned from already)
                 again.part = 0
             for k in live:
                 self._shipped[k] = again
@@ -382,51 +390,48 @@ class _Placement:
             else:
                 shipped.actor.discard.remote(shipped.batch[0])
             return
-        if shipped.part == 3:  # the merge went back; the rest trains on, on the same worker
+        if shipped.part == 3:  # the merge went back; the rest waits, parked on the same worker, for its turn
             if not live:
                 shipped.actor.discard.remote(shipped.batch[0])
                 return
             self._merged[live[0]] = value
+            self.stats["merges_on_workers"] += shipped.fresh is not None
             assert jobs is not None and starts is not None
-            rest = _Shipped(live, shipped.key, 0, jobs, starts, states=shipped.states, part=4, fresh=shipped.fresh)
-            rest.ref = shipped.actor.rest.remote(jobs[0])
-            rest.worker, rest.actor = shipped.worker, shipped.actor
-            self._shipped[live[0]] = rest
-            self._running[rest.ref] = rest
-            self._busy[shipped.worker] += 1
-            return
-        if shipped.part == 2:
-            update, weights, results, merged = value
-            if live:
-                update.weights = weights.tensor()
-                self._done[live[0]] = self._checked(live[0], (update, results), merged)
+            self._rest(shipped, jobs, starts, shipped.worker, shipped.actor)
             return
         for k, (update, weights, results) in zip(shipped.batch, value if isinstance(value, list) else [value]):
             if self._shipped.get(k) is shipped:  # (a cohort's other jobs wait here, ready)
                 update.weights = weights.tensor()
                 self._done[k] = (update, results)
 
-    def _checked(self, job_id: int, result: Any, merged: list[Any]) -> Any:
-        """A parked job's result, unless its merge taught its worker other values than this process learned at its
-        request from the job's :class:`_MergePoint` (then a :class:`_Failed` naming the callbacks; on CPU, where
-        both are bit for bit the same computation: GPU kernels need not be)."""
-        learned = self._learned.pop(job_id, None)
-        if learned is None or _same(learned, merged) or self._worker_device != "cpu":  # (GPU kernels may differ)
-            return result
-        names = [type(cb).__name__ for cb, a, b in zip(self._carried, learned, merged) if not _same(a, b)]
-        return _Failed(RuntimeError(
-            f"the merge of job {job_id} taught {', '.join(names)} other values on its worker ({merged}) than in the "
-            f"simulation's process ({learned}): on_fresh_model must read only the module's weights and buffers, "
-            "the batch, the random generators and the step counters; use executor='sequential'"
-        ))  # fmt: skip
+    def _rest(self, merge: _Shipped, jobs: list[ClientJob], starts: list[Tensor], worker: int, actor: Any) -> None:
+        """After a parked job's merge (its task ``merge``): the rest of the job waits, due at about its arrival (or
+        now, when it is collected at its request), for where it is parked (``worker`` -1: here)."""
+        job_id = merge.batch[0]
+        rest = _Shipped([job_id], _rest_due(self._whole, jobs[0]), 0, jobs, starts, merge.states, part=2,
+                        fresh=merge.fresh)  # fmt: skip
+        rest.worker, rest.actor = worker, actor
+        self._shipped[job_id] = rest
+        heapq.heappush(self._waiting, (rest.key, next(self._order), rest))
 
     def _replace_worker(self, index: int, actor: Any) -> None:  # (RayExecutor's: it starts workers)
         raise NotImplementedError
 
 
+def _pinned(shipped: _Shipped) -> bool:
+    """Whether a task waits for where its job is parked (its merge or its rest; not a merge from the start)."""
+    return shipped.part == 2 or (shipped.part == 3 and not shipped.from_start)
+
+
 def _here(shipped: _Shipped) -> bool:
-    """Whether this process can train a task (not the rest of a job parked on a worker)."""
-    return shipped.part != 2 or shipped.worker < 0
+    """Whether this process can train a task (not the merge or the rest of a job parked on a worker)."""
+    return not _pinned(shipped) or shipped.worker < 0
+
+
+def _rest_due(whole: bool, job: ClientJob) -> float:
+    """When the rest of a job after its merge is needed: at its arrival, or at its request when it is collected
+    there (``whole``)."""
+    return -math.inf if whole else job.dispatch_time + job.timing.total
 
 
 def _steps(shipped: _Shipped) -> int:
@@ -437,8 +442,8 @@ def _steps(shipped: _Shipped) -> int:
     request = jobs[0].request_step or 0
     if shipped.part == 1:
         return request
-    if shipped.part == 3:
-        return jobs[0].num_steps if shipped.from_start else jobs[0].num_steps - request
+    if shipped.part == 3:  # (the merge: about a step's work; from the start, the part before the request too)
+        return request + 1 if shipped.from_start else 1
     return jobs[0].num_steps - request
 
 
@@ -454,16 +459,16 @@ def _due(job: ClientJob) -> float:
     return job.arrival_time if job.request_step is None else job.request_time
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Equal values (tensors element for element, NaN equal to NaN; containers item for item)."""
-    if isinstance(a, Tensor) or isinstance(b, Tensor):
-        return isinstance(a, Tensor) and isinstance(b, Tensor) and torch.equal(a, b)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return a == b or (a != a and b != b)
-
-
 def _wired(fresh: tuple[Tensor, int] | None) -> tuple[_Wire, int] | None:
     return None if fresh is None else (_Wire.of(fresh[0]), fresh[1])
+
+
+def _wired_merge(merged: Any) -> Any:
+    """What a merge computed here changed, its weights and the tensors it added to ``job_info`` (FedASMU's merge
+    jump, as large as the model) on the wire."""
+    if merged is None or merged.weights is None:
+        return merged
+    merged = copy.copy(merged)
+    merged.weights = _Wire.of(merged.weights)
+    merged.info = {k: _Wire.of(v) if isinstance(v, Tensor) else v for k, v in merged.info.items()}
+    return merged

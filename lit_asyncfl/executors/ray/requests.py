@@ -14,7 +14,7 @@ from torch import Tensor
 
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
-from lit_asyncfl.executors.ray.placement import _Failed, _Placement, _Shipped, _wired
+from lit_asyncfl.executors.ray.placement import _Failed, _Placement, _rest_due, _Shipped
 from lit_asyncfl.executors.ray.worker import _JobRunner
 from lit_asyncfl.executors.sequential import train_requested
 
@@ -34,9 +34,9 @@ class _Requests(_Placement):
     itself): the request event of a job and the merge it learns from there."""
 
     _after: dict[int, ClientUpdate | _Failed]
-    _whole: bool
     _stay: set[int]
     _merge_runner: _JobRunner | None
+    _from_state: bool
 
     def failed_after_request(self, job_id: int) -> BaseException | None:
         """The error a job with a request raised after its merge (kept for its arrival), or ``None``: none was
@@ -44,10 +44,17 @@ class _Requests(_Placement):
         outcome = self._after.get(job_id)
         return outcome.error if isinstance(outcome, _Failed) and not outcome.lost else None
 
-    def _runners(self, make_trainer: Any, requests: bool) -> tuple[_JobRunner | None, _JobRunner | None]:
+    def _runners(self, make_trainer: Any, callbacks: Any) -> tuple[_JobRunner | None, _JobRunner | None]:
         """The runner of shipped jobs trained here (``train_locally``) and the one computing the merges of parked jobs
         here (a run with requests, split by the engine): one runner, with copies of the callbacks, from the module as
-        it is now, with the workers' thread count; ``None`` where there is none."""
+        it is now, with the workers' thread count; ``None`` where there is none. Merges are computed here only when
+        every client callback's ``on_fresh_model`` may be computed from a job's state at its request
+        (:attr:`~lit_asyncfl.client_callbacks.ClientCallback.merges_from_request_state`)."""
+        requests = any(_asks_server(cb) for cb in callbacks)
+        self._from_state = all(
+            getattr(cb, "merges_from_request_state", False) or type(cb).on_fresh_model is ClientCallback.on_fresh_model
+            for cb in callbacks
+        )
         if not (self.train_locally or (requests and self._parts and self._ship_all)):
             return None, None
         threads = torch.get_num_threads()
@@ -93,14 +100,16 @@ class _Requests(_Placement):
         self._fill()
 
     def _merge(self, job_id: int, fresh: tuple[Tensor, int] | None) -> Any:
-        """What the merge of a job with a request taught, at its request event (or its :class:`_Failed`).
+        """What the merge of a job with a request taught, at its request event (or its :class:`_Failed`); the merge
+        is computed once.
 
         Its part before the request is parked on a worker (or here), or running (waited for), or not on a worker
-        yet (then it goes first, to the next free trainer, with the answer, and its merge is computed there). A
-        parked job's merge is computed here, from the state the job had at its request (its :class:`_MergePoint`),
-        and the rest of the job goes to where it is parked (part 2: it computes the merge again, checked against
-        this one), to be collected at the job's arrival; without a point, the merge is computed where the job is
-        parked and the rest trains on there (parts 3 and 4)."""
+        yet (then it goes first, to the next free trainer, with the answer, and its merge is computed there, part
+        3). A job parked here is merged here, on its own engine. A job parked on a worker is merged there (part 3,
+        first in line for that worker) when the worker is free, or when the merge cannot be computed from the job's
+        state at its request; else (its worker is busy) the merge is computed here from that state (its
+        :class:`_MergePoint`) and what it changed goes to the worker with the rest of the job. The rest (part 2)
+        waits, due at about the job's arrival, for where the job is parked, and is collected at the arrival."""
         shipped = self._shipped[job_id]
         if fresh is not None:  # (the server's weights change in place after this event; a recomputation needs them)
             fresh = (fresh[0].clone(), fresh[1])
@@ -116,40 +125,35 @@ class _Requests(_Placement):
         job, start = self._pending[job_id]
         worker, actor = self._parked[job_id]
         point = self._points.pop(job_id, None)
-        learned = None
-        if point is not None:
-            began = time.perf_counter()
-            try:
-                with self._like_a_worker():
-                    learned = self._merger().learn_merge(job, point, shipped.states, fresh)
-            except Exception as error:  # the merge raised: the job fails at its request
-                return _Failed(error)
-            finally:
-                self.stats["local_seconds"] += time.perf_counter() - began
-        del self._parked[job_id]
-        due = -math.inf if self._whole else job.dispatch_time + job.timing.total  # (when its rest is needed: its
-        # arrival, or now when it is collected at the request)
-        part = 3 if learned is None else 2
-        task = _Shipped([job_id], -math.inf if learned is None else due, 0, [job], [start], shipped.states, part=part,
-                        fresh=fresh)  # fmt: skip
-        self._shipped[job_id] = task
-        if learned is not None:
-            self._learned[job_id] = learned  # (checked against the worker's)
-        if learned is not None:  # the rest waits, due at about its arrival, for where the job is parked
-            task.worker, task.actor = worker, actor
+        here = worker < 0 or fresh is None or (point is not None and self._from_state and self._busy[worker] > 0)
+        if not here or (worker >= 0 and self._workers[worker] is not actor):  # on its worker (or from the start
+            del self._parked[job_id]  # on the next free one, if it died meanwhile), first in line
+            task = _Shipped([job_id], -math.inf, 0, [job], [start], shipped.states, part=3, fresh=fresh)
+            task.worker, task.actor, task.from_start = worker, actor, self._workers[worker] is not actor
+            self._shipped[job_id] = task
             heapq.heappush(self._waiting, (task.key, next(self._order), task))
             self._place()
-        elif worker < 0:  # parked here: the merge and the rest, now
-            self._train_here(task)
-        elif self._workers[worker] is not actor:  # its worker died meanwhile: from the start again
-            task.from_start = True
-            heapq.heappush(self._waiting, (task.key, next(self._order), task))
-        else:
-            task.ref = actor.merge.remote(job, _wired(fresh))
-            task.worker, task.actor = worker, actor
-            self._running[task.ref] = task
-            self._busy[worker] += 1
-        return self._collect(job_id, merged=True) if learned is None else learned
+            return self._collect(job_id, merged=True)
+        began = time.perf_counter()
+        try:
+            with self._like_a_worker():
+                if worker < 0:  # parked here: on its own engine (which forgets the job if the merge raises)
+                    learned, merged = self._here.merge(job, fresh), None
+                else:
+                    learned, merged = self._merger().learn_merge(job, point, shipped.states, fresh)
+        except Exception as error:  # the merge raised: the job fails at its request
+            return _Failed(error)
+        finally:
+            self.stats["local_seconds"] += time.perf_counter() - began
+            self.stats["merges_here"] += fresh is not None
+        del self._parked[job_id]
+        task = _Shipped([job_id], _rest_due(self._whole, job), 0, [job], [start], shipped.states, part=2, fresh=fresh,
+                        merged=merged)  # fmt: skip
+        task.worker, task.actor = worker, actor
+        self._shipped[job_id] = task
+        heapq.heappush(self._waiting, (task.key, next(self._order), task))
+        self._place()
+        return learned
 
     def _merger(self) -> _JobRunner:
         """The runner that computes merges here (:meth:`_JobRunner.learn_merge`; this process's own with

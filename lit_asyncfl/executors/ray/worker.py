@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -78,18 +77,6 @@ def carried(callbacks: Sequence[Any]) -> list[Any]:
 Result = tuple[ClientUpdate, _Wire, list[Any]]
 
 
-class _Rest:
-    """The rest of a job after its request, trained by a thread of a worker while the worker answers the merge: what
-    the merge taught (``merge``), then the update and what the job taught (``result``) or an ``error``."""
-
-    def __init__(self) -> None:
-        self.merged, self.done = threading.Event(), threading.Event()
-        self.merge: list[Any] | None = None
-        self.result: tuple[ClientUpdate, list[Any]] | None = None
-        self.error: BaseException | None = None
-        self.seconds = 0.0
-
-
 class _MergePoint:
     """A parked job's state at its request, all its merge reads: the module's flat weights and BatchNorm counts,
     the mini-batch of its last step, its random state and its step counters (``self.trainer``'s)."""
@@ -109,37 +96,47 @@ class _MergePoint:
         return cls(engine.flat.read(), engine.flat.tracked(), frame.f_locals["last_batch"], rng, stand_in)
 
 
+class _Merged:
+    """What a job's merge changed, for the rest of the job: the module's flat weights and BatchNorm counts (``None``:
+    changed in place, on the job's own engine), the random state after it and what it added to ``job_info``
+    (``answered=False``: the server had nothing newer, there was no merge)."""
+
+    def __init__(
+        self, weights: Tensor | None, tracked: Tensor | None, rng: Any, info: dict[str, Any], answered: bool = True
+    ) -> None:
+        self.weights, self.tracked, self.rng, self.info, self.answered = weights, tracked, rng, info, answered
+
+    def apply(self, engine: Any, device: Any) -> None:
+        """Put the merge's effects on a parked job's engine (in place of computing the merge there)."""
+        if self.weights is not None:  # (mid-job: the module's other buffers stay as the job left them)
+            engine.flat.load(self.weights, self.tracked, reset=False)
+        engine.job_info.update({k: v.to(engine.device) if isinstance(v, Tensor) else v for k, v in self.info.items()})
+        restore_generators(device, self.rng)
+
+
 class _JobRunner:
     """Trains jobs with copies of a run's engine: whole, or in parts around their request to the server (the
     part before it ahead of the request's event; the job then waits, parked with an engine of its own, for the
-    server's answer; then the merge, whose learning goes back at once, and the rest of the job). Each job first
-    takes over the state its carried callbacks need (:func:`carried`) and gives back what they learned. A Ray worker
-    holds one (``background``: the rest of a job trains in a thread while the worker returns the merge's learning;
-    every other call first waits for it, so one job trains at a time); so does the simulation's process with
-    ``train_locally`` (the rest trains at once, inside the merge's call).
+    server's answer; then its merge, computed once: on the job's own engine (:meth:`merge`) or elsewhere from the
+    job's state at its request (:meth:`learn_merge`); then the rest of the job, :meth:`resume`). Each job first takes
+    over the state its carried callbacks need (:func:`carried`) and gives back what they learned. A Ray worker holds
+    one; so does the simulation's process (``train_locally``, and the merges it computes).
 
     Args:
         trainer: The run's engine (its callbacks are replaced by copies; a parked job trains on a copy of the engine
             sharing its data).
-        background: Train the rest of a job after its merge in a thread.
     """
 
-    def __init__(self, trainer: Any, background: bool = False) -> None:
+    def __init__(self, trainer: Any) -> None:
         if hasattr(trainer, "callbacks"):  # (a test's stand-in engine may have none)
             with detached(trainer.callbacks):
                 trainer.callbacks = copy.deepcopy(trainer.callbacks)  # its own: callbacks keep the job in progress
         self.trainer, self.device = trainer, getattr(trainer, "device", None)
-        self.background = background
         self.spare: list[Any] = []  # engines of parked jobs that finished, for the next parked jobs
-        self.parked: dict[int, tuple[Any, Any, tuple[Any, ...]]] = {}  # job id -> engine, generator, its RNG state
-        self.rests: dict[int, _Rest] = {}  # job id -> the rest of the job after its merge, until handed back
-        self._thread: threading.Thread | None = None
-
-    def join(self) -> None:
-        """Wait for the rest of a job training in the background (the worker trains one job at a time)."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        #: job id -> its engine, its generator, its random state, its state at the request (or ``None``) and, once
+        #: merged on its engine, what the merge changed
+        self.parked: dict[int, list[Any]] = {}
+        self.finished: dict[int, tuple[ClientUpdate, list[Any]] | BaseException] = {}  # merged and trained to the end
 
     def _engine(self) -> Any:
         """Another engine like the first (a module copy bound to its own flat weights, copies of the callbacks) that
@@ -154,7 +151,6 @@ class _JobRunner:
     ) -> tuple[ClientUpdate, list[Any]]:
         """A whole job (``states``: :meth:`~lit_asyncfl.client_callbacks.ClientCallback.job_state` of the carried
         callbacks; ``fresh``: the server's answer to its request, whose merge was learned from already)."""
-        self.join()
         _load_states(self.trainer, job, states)
         update = self.trainer.train(job, start, fresh)
         for cb in carried(self.trainer.callbacks):
@@ -163,17 +159,15 @@ class _JobRunner:
 
     def train_many(self, jobs: list[ClientJob], starts: list[Tensor]) -> list[ClientUpdate]:
         """A cohort (the cohort engine carries no state)."""
-        self.join()
         return self.trainer.train_many(jobs, starts)
 
     def first_part(self, job: ClientJob, start: Tensor, states: list[Any] | None) -> _MergePoint | None:
         """Train a job up to its request and park it (its engine, its generator and its random state); returns the
-        job's state at its request (:class:`_MergePoint`), from which the simulation's process computes what the
-        merge teaches (``None`` where it cannot be read: the merge is then computed here, :meth:`merge`)."""
+        job's state at its request (:class:`_MergePoint`), from which another process may compute its merge
+        (:meth:`learn_merge`; ``None`` where it cannot be read)."""
         from lit_asyncfl.engines.base import OneDNN
         from lit_asyncfl.engines.fast import first_part
 
-        self.join()
         engine = self.spare.pop() if self.spare else self._engine()
         try:
             _load_states(engine, job, states)
@@ -185,111 +179,61 @@ class _JobRunner:
             self.spare.append(engine)
             raise
         rng = generator_state(self.device)
-        self.parked[job.job_id] = (engine, parts, rng)
-        return _MergePoint.of(engine, parts, rng)
+        point = _MergePoint.of(engine, parts, rng)
+        self.parked[job.job_id] = [engine, parts, rng, point, None]
+        return point
 
     def merge(self, job: ClientJob, fresh: tuple[Tensor, int] | None) -> list[Any]:
-        """Resume a parked job with the server's answer: what its merge taught the carried callbacks
-        (:meth:`~lit_asyncfl.client_callbacks.ClientCallback.merge_result`), as soon as the merge is done; the
-        rest of the job trains on (in the background, or here before returning), for :meth:`rest`. Raises what the
-        merge raised."""
-        self.join()
-        engine, parts, rng = self.parked.pop(job.job_id)
-        rest = self.rests[job.job_id] = _Rest()
-        if self.background:
-            threads, cuda = torch.get_num_threads(), None
-            if self.device is not None and self.device.type == "cuda":  # (the index: "cuda" alone names none)
-                cuda = self.device.index if self.device.index is not None else torch.cuda.current_device()
-            args = (job, engine, parts, rng, fresh, rest, threads, cuda)
-            self._thread = threading.Thread(target=self._finish, args=args)
-            self._thread.start()
-            rest.merged.wait()
-        else:
-            self._finish(job, engine, parts, rng, fresh, rest)
-        if rest.merge is None:  # the job raised before its merge was done
-            self.rests.pop(job.job_id)
-            self.join()
-            assert rest.error is not None
-            raise rest.error
-        return rest.merge
-
-    def _finish(
-        self,
-        job: ClientJob,
-        engine: Any,
-        parts: Any,
-        rng: Any,
-        fresh: Any,
-        rest: _Rest,
-        threads: int = 0,
-        cuda: int | None = None,
-    ) -> None:
+        """The merge of a parked job with the server's answer, on its own engine: what it taught the carried
+        callbacks (:meth:`~lit_asyncfl.client_callbacks.ClientCallback.merge_result`); the rest of the job waits for
+        :meth:`resume`. Raises what the merge raised (the job is then forgotten). A job whose state at its request
+        cannot be read is merged and trained to its end now (its update waits for :meth:`resume`)."""
         from lit_asyncfl.engines.base import OneDNN
-        from lit_asyncfl.engines.fast import next_part
 
-        began = time.perf_counter()
+        entry = self.parked[job.job_id]
+        engine, parts, rng, point, _ = entry
         callbacks = carried(engine.callbacks)
-
-        def merged() -> None:
-            nonlocal began
-            rest.merge = [cb.merge_result(job) for cb in callbacks]
-            rest.merged.set()
-            began = time.perf_counter()  # (the rest's time: the merge's is the merge call's)
-
-        def watched(*args: Any) -> None:
-            merge(*args)
-            merged()
-
-        merge = engine.fresh_model
-        engine.fresh_model = watched
+        if point is None:
+            del self.parked[job.job_id]
+            merged: list[Any] = []
+            try:
+                self.finished[job.job_id] = self._finish(job, engine, parts, rng, fresh, merged)
+            except BaseException as error:
+                if not merged:  # (the merge raised: raised now; an error after it, at resume)
+                    raise
+                self.finished[job.job_id] = error
+            return merged[0]
+        if fresh is None:  # nothing newer: nothing to merge, the request is behind the job
+            entry[4] = _Merged(None, None, rng, {}, answered=False)
+            return [cb.merge_result(job) for cb in callbacks]
+        info = engine.job_info
+        engine.job_info = {}
         try:
-            if threads:  # a new thread: the worker's intra-op threads (an OpenMP setting of each thread) and GPU
-                torch.set_num_threads(threads)
-                if cuda is not None:  # (the calling thread's current GPU, by index)
-                    torch.cuda.set_device(cuda)
             restore_generators(self.device, rng)
-            if fresh is None:
-                merged()  # nothing newer: nothing to merge, the request is behind the job
             with OneDNN(engine.onednn):
-                update = next_part(parts, fresh)
-            rest.result = update, [cb.job_result(job) for cb in callbacks]
-        except BaseException as error:  # (on the thread: kept for the caller)
-            rest.error = error
+                engine.fresh_model(job, fresh, point.batch)
+        except BaseException:
+            self.discard(job.job_id)
+            raise
         finally:
-            del engine.fresh_model
-            parts.close()
-            self.spare.append(engine)
-            rest.seconds = time.perf_counter() - began
-            rest.merged.set()
-            rest.done.set()
-
-    def resume(self, job: ClientJob, fresh: tuple[Tensor, int] | None) -> tuple[ClientUpdate, list[Any], list[Any]]:
-        """Finish a parked job with the server's answer, here and now: its update, what it taught the carried
-        callbacks, and what its merge taught them (learned already in the simulation's process, from the job's
-        :class:`_MergePoint`: handed back to be compared)."""
-        self.join()
-        engine, parts, rng = self.parked.pop(job.job_id)
-        rest = _Rest()
-        self._finish(job, engine, parts, rng, fresh, rest)
-        if rest.error is not None:
-            raise rest.error
-        assert rest.result is not None and rest.merge is not None
-        return (*rest.result, rest.merge)
+            engine.job_info, added = info, engine.job_info
+        entry[4] = _Merged(None, None, generator_state(self.device), added)
+        return [cb.merge_result(job) for cb in callbacks]
 
     def learn_merge(
-        self, job: ClientJob, point: _MergePoint, states: list[Any] | None, fresh: tuple[Tensor, int] | None
-    ) -> list[Any]:
-        """What the merge of a job parked elsewhere teaches the carried callbacks, computed on this runner's engine
-        from the job's state at its request (``point``) and the server's answer: the merge alone, as the parked
-        job will compute it (same weights, batch, random state and step counters)."""
-        self.join()
-        engine = self.trainer
-        _load_states(engine, job, states)
-        callbacks = carried(engine.callbacks)
-        if fresh is None:  # nothing newer: no merge
-            return [cb.merge_result(job) for cb in callbacks]
+        self, job: ClientJob, point: _MergePoint | None, states: list[Any] | None, fresh: tuple[Tensor, int] | None
+    ) -> tuple[list[Any], _Merged]:
+        """The merge of a job parked elsewhere, computed on this runner's engine from the job's state at its request
+        (``point``) and the server's answer, as the parked job would compute it (same weights, batch, random state
+        and step counters): what it taught the carried callbacks, and what it changed (for :meth:`resume` where the
+        job is parked; ``fresh=None``: nothing newer, no merge, no point needed)."""
         from lit_asyncfl.engines.base import OneDNN
 
+        engine = self.trainer
+        _load_states(engine, job, states)
+        if fresh is None:
+            return [cb.merge_result(job) for cb in carried(engine.callbacks)], _Merged(None, None, None, {}, False)
+        assert point is not None
         engine.flat.load(point.weights, point.tracked)
         engine.module.train()
         engine.job_info = {}
@@ -301,27 +245,63 @@ class _JobRunner:
                 engine.fresh_model(job, fresh, point.batch)
         finally:
             module._trainer = None
-        return [cb.merge_result(job) for cb in callbacks]
+        merged = _Merged(engine.flat.read(), engine.flat.tracked(), generator_state(self.device), engine.job_info)
+        return [cb.merge_result(job) for cb in carried(engine.callbacks)], merged
 
-    def rest(self, job: ClientJob) -> tuple[ClientUpdate, list[Any]]:
-        """The update of a job whose merge went back (and what the job taught), once its rest is trained; raises
-        what the rest raised."""
-        rest = self.rests.pop(job.job_id)
-        rest.done.wait()
-        self.join()
-        if rest.error is not None:
-            raise rest.error
-        assert rest.result is not None
-        return rest.result
+    def resume(self, job: ClientJob, merged: _Merged | None = None) -> tuple[ClientUpdate, list[Any]]:
+        """The rest of a parked job after its merge (computed on its engine by :meth:`merge`, or elsewhere:
+        ``merged``, what it changed): its update and what it taught the carried callbacks. Raises what the rest
+        raised."""
+        done = self.finished.pop(job.job_id, None)
+        if done is not None:
+            if isinstance(done, BaseException):
+                raise done
+            return done
+        engine, parts, rng, _, here = self.parked.pop(job.job_id)
+        return self._finish(job, engine, parts, rng, merged or here)
+
+    def _finish(
+        self, job: ClientJob, engine: Any, parts: Any, rng: Any, merged: Any, taught: list[Any] | None = None
+    ) -> tuple[ClientUpdate, list[Any]]:
+        """Train a parked job to its end: after ``merged`` (a :class:`_Merged`: its merge's effects, put in place of
+        the merge), or with ``merged`` the server's answer (``taught``: what the merge taught, appended once done)."""
+        from lit_asyncfl.engines.base import OneDNN
+        from lit_asyncfl.engines.fast import next_part
+
+        callbacks = carried(engine.callbacks)
+        if isinstance(merged, _Merged):
+            fresh = merged if merged.answered else None  # (any answer: the merge's effects are put in its place)
+
+            def merge(*args: Any) -> None:
+                merged.apply(engine, self.device)
+        else:
+            fresh, compute = merged, engine.fresh_model
+
+            def merge(*args: Any) -> None:
+                compute(*args)
+                assert taught is not None
+                taught.append([cb.merge_result(job) for cb in callbacks])
+
+        engine.fresh_model = merge
+        try:
+            restore_generators(self.device, rng)
+            if taught is not None and fresh is None:  # nothing newer: nothing to merge
+                taught.append([cb.merge_result(job) for cb in callbacks])
+            with OneDNN(engine.onednn):
+                update = next_part(parts, fresh)
+            return update, [cb.job_result(job) for cb in callbacks]
+        finally:
+            del engine.fresh_model
+            parts.close()
+            self.spare.append(engine)
 
     def discard(self, job_id: int) -> None:
-        """Forget a parked job (cancelled, or its update will never be asked for)."""
+        """Forget a parked job (cancelled, its merge raised, or its update will never be asked for)."""
         entry = self.parked.pop(job_id, None)
+        self.finished.pop(job_id, None)
         if entry is not None:
             entry[1].close()
             self.spare.append(entry[0])
-        if self.rests.pop(job_id, None) is not None:
-            self.join()
 
 
 def _load_states(engine: Any, job: ClientJob, states: list[Any] | None) -> None:
@@ -347,17 +327,13 @@ class _Worker:
         torch.set_num_threads(num_threads)
         _apply_torch_settings(settings)
         self.unload()  # the previous run's engine goes first
-        self.runner = _JobRunner(make_trainer(torch.device(device)), background=True)
+        self.runner = _JobRunner(make_trainer(torch.device(device)))
 
     def unload(self) -> None:
-        if self.runner is not None:
-            self.runner.join()  # (a cancelled job's rest)
         self.runner = None  # an idle worker keeps no run's model or data
 
     def _begin(self) -> float:
-        """A call's start: after the rest of an earlier job training in the background (its time is its own)."""
         assert self.runner is not None
-        self.runner.join()
         return time.perf_counter()
 
     def train(
@@ -381,15 +357,10 @@ class _Worker:
         began = self._begin()
         assert self.runner is not None
         point = self.runner.first_part(job, start.tensor(), states)
-        if point is not None:
+        if point is not None:  # (a copy: the parked job keeps its own)
+            point = copy.copy(point)
             point.weights = _Wire.of(point.weights)  # type: ignore[assignment]
         return point, time.perf_counter() - began
-
-    def resume(self, job: ClientJob, fresh: tuple[_Wire, int] | None) -> tuple[tuple[Any, ...], float]:
-        began = self._begin()
-        assert self.runner is not None
-        update, results, merged = self.runner.resume(job, _wire_fresh(fresh))
-        return (*_portable(update), results, merged), time.perf_counter() - began
 
     def merge(
         self,
@@ -399,7 +370,7 @@ class _Worker:
         states: list[Any] | None = None,
     ) -> tuple[list[Any], float]:
         """What the job's merge taught (``start``: its first part is trained first; else it is parked here); the
-        rest trains on in the background, for :meth:`rest`."""
+        rest of the job stays parked here, for :meth:`resume`."""
         began = self._begin()
         assert self.runner is not None
         if start is not None:
@@ -407,14 +378,19 @@ class _Worker:
         merged = self.runner.merge(job, _wire_fresh(fresh))
         return merged, time.perf_counter() - began
 
-    def rest(self, job: ClientJob) -> tuple[Result, float]:
+    def resume(self, job: ClientJob, merged: _Merged | None = None) -> tuple[Result, float]:
+        """The rest of a job parked here, after its merge (``merged``: computed elsewhere, its effects)."""
+        began = self._begin()
         assert self.runner is not None
-        rest = self.runner.rests[job.job_id]
-        update, results = self.runner.rest(job)
-        return (*_portable(update), results), rest.seconds
+        if merged is not None and isinstance(merged.weights, _Wire):
+            merged = copy.copy(merged)
+            merged.weights = merged.weights.tensor()
+            merged.info = {k: v.tensor() if isinstance(v, _Wire) else v for k, v in merged.info.items()}
+        update, results = self.runner.resume(job, merged)
+        return (*_portable(update), results), time.perf_counter() - began
 
     def discard(self, job_id: int) -> None:
-        if self.runner is not None:  # (it joins a rest in the background)
+        if self.runner is not None:
             self.runner.discard(job_id)
 
     def where(self) -> tuple[str, int]:
