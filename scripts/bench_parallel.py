@@ -303,7 +303,9 @@ def main() -> None:
     if args.workers < 2 or args.gpus_per_worker > 0:  # (this process trains on the CPU: not with GPU workers)
         del configurations[next(iter(configurations))]
     start = time.perf_counter()
-    ray.init(address="local", num_cpus=args.workers, include_dashboard=False, log_to_driver=False)  # (a Ray of its own)
+    # (a Ray of its own; the CPUs it counts let the idle workers of both configurations wait side by side: those of
+    # train_locally run at this process's priority, the others below it, so they are not the same workers)
+    ray.init(address="local", num_cpus=2 * args.workers - 1, include_dashboard=False, log_to_driver=False)
     for executor in configurations.values():  # starts the workers (they import torch and Lightning), kept
         fit("digits", 5, executor())
     print(f"ray_start_seconds={time.perf_counter() - start:.1f} (Ray and its workers, once per process)")

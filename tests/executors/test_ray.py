@@ -99,17 +99,25 @@ def test_the_workers_run_on_both_nodes_of_the_cluster(tmp_path, cluster):
     assert nodes == {n["NodeID"] for n in ray.nodes() if n["Alive"]} and len(nodes) == 2
 
 
-def test_the_workers_run_at_the_priority_of_this_process(tmp_path, cluster):
-    """Ray starts workers 15 below its node processes' priority (``nice``; here this process started them): a
-    worker beside this process (``train_locally``) or anything else would lose the cores it shares."""
-    executor = RayExecutor(num_workers=2)
-    executor.start(lambda device: None, torch.device("cpu"))
-    try:
-        pids = [pid for _, pid in ray.get([w.where.remote() for w in executor.workers])]
-    finally:
-        executor.stop()
+def test_workers_beside_a_training_simulation_run_at_its_priority_and_yield_to_it_otherwise(tmp_path, cluster):
+    """Ray starts workers 15 below its node processes' priority (``nice``; here this process started them): with
+    ``train_locally`` the workers are this process's peers (else a worker beside it loses the cores it shares);
+    without, this process's work is the run's serial path and they keep Ray's default. The pools of idle workers
+    are apart (a worker's priority cannot be raised again), and one makes room for the other on a full cluster."""
+
+    def priorities(executor):
+        executor.start(lambda device: None, torch.device("cpu"))
+        try:
+            pids = [pid for _, pid in ray.get([w.where.remote() for w in executor.workers])]
+        finally:
+            executor.stop()
+        return [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids]
+
     here = os.getpriority(os.PRIO_PROCESS, 0)
-    assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids] == [here, here]
+    assert priorities(RayExecutor(num_workers=1, train_locally=True)) == [here]
+    lower = priorities(RayExecutor(num_workers=2))  # (both CPUs of the cluster: the idle peer is ended first)
+    assert len(lower) == 2 and all(p > here for p in lower)
+    assert priorities(RayExecutor(num_workers=1, train_locally=True)) == [here]
 
 
 @pytest.mark.parametrize(("first", "second"), [("ray", "ray"), ("ray", "sequential"), ("sequential", "ray")])

@@ -37,11 +37,13 @@ from lit_asyncfl.executors.ray.worker import (
 
 log = logging.getLogger("lit_asyncfl")
 
-#: The workers' runtime environment (merged with the job's): they run at the priority of Ray's node processes (the
-#: simulation's process, where it starts Ray), not 15 below it (``nice``), Ray's default for workers: a worker
-#: sharing cores with this process (``train_locally``) or anything else then trained up to three times slower than
-#: a process with an equal share (a raw SGD loop of the ``heavy`` benchmark's CNN beside the same loop in this
-#: process, on the shared 2-core VM: 18-43 ms per step against its 11-17 ms; at equal priority 16-26 ms for both).
+#: The workers' runtime environment with ``train_locally`` (merged with the job's): they run at the priority of Ray's
+#: node processes (the simulation's process, where it starts Ray), its peers in training, not 15 below it (``nice``),
+#: Ray's default for workers, under which a worker sharing cores with this process or anything else trained up to
+#: three times slower than a process with an equal share (a raw SGD loop of the ``heavy`` benchmark's CNN beside the
+#: same loop in this process, on the shared 2-core VM: 18-43 ms per step against its 11-17 ms; at equal priority
+#: 16-26 ms for both). Without ``train_locally`` they keep Ray's default: this process's work is then the run's
+#: serial path, which workers on its cores (``num_workers=None`` counts them) must not slow down.
 WORKER_RUNTIME_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
 
 #: Accepted ``executor`` names (``FederatedTrainer(executor=...)``; a :class:`RayExecutor` object is accepted too).
@@ -79,9 +81,9 @@ class RayExecutor(_Requests):
     tasks, so before it is busy for a while it gives them more: before an evaluation during the run (:meth:`pause`),
     and with ``train_locally`` before it trains a job itself. Each global version goes into Ray's
     object store once and every job starting from it refers to it. Each worker builds the engine once: the module
-    copy and the clients' data stay resident on it. Workers run at the priority of Ray's node processes
-    (:data:`WORKER_RUNTIME_ENV`; Ray's default runs them 15 ``nice`` levels lower, and a worker sharing a core with
-    this process lost it).
+    copy and the clients' data stay resident on it. With ``train_locally`` workers run at the priority of Ray's node
+    processes, as peers of this process (:data:`WORKER_RUNTIME_ENV`; Ray's default, kept otherwise, runs them 15
+    ``nice`` levels lower, and a worker sharing a core with this process lost it).
 
     Client callbacks with state across jobs declare
     :attr:`~lit_asyncfl.client_callbacks.ClientCallback.carries_state` (MOON, FedDyn, ASO-Fed, FedSA, FedASMU, local
@@ -276,14 +278,14 @@ class RayExecutor(_Requests):
         with detached(callbacks):  # the client state store stays here: jobs carry their entries
             self._trainer_ref = ray.put(make_trainer)  # the module and every client's data, shipped once
         self._settings = _torch_settings()  # what the workers train with (and this process, train_locally)
-        self._actor = ray.remote(
-            num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker, runtime_env=WORKER_RUNTIME_ENV
-        )(_Worker)
+        peers = {"runtime_env": WORKER_RUNTIME_ENV} if self.train_locally else {}  # (see WORKER_RUNTIME_ENV)
+        self._actor = ray.remote(num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker, **peers)(_Worker)
         session = (ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id())
-        self._pool_key = (session, self.num_cpus_per_worker, self.num_gpus_per_worker)
+        self._pool_key = (session, self.num_cpus_per_worker, self.num_gpus_per_worker, self.train_locally)
         for key in [k for k in _IDLE if k[0] != session]:  # another Ray session's: stale handles
             del _IDLE[key]
         idle = _IDLE.setdefault(self._pool_key, [])
+        self._free_idle(ray, n - len(idle))
         self._workers = [idle.pop() if idle else self._actor.remote() for _ in range(n)]
         self._load_engines(self._workers)
         self._pending: dict[int, tuple[ClientJob, Tensor]] = {}
@@ -311,6 +313,24 @@ class RayExecutor(_Requests):
         for key in ("worker_seconds", "local_seconds", "wait_seconds", "request_seconds"):
             self.stats[key] = 0.0
         return self
+
+    def _free_idle(self, ray: Any, new: int) -> None:
+        """End idle workers that runs of this process kept with other settings (another pool) while Ray lacks the
+        CPUs or GPUs of ``new`` workers: an idle worker holds its share."""
+        if new <= 0:
+            return
+        others = [key for key in _IDLE if key != self._pool_key and key[0] == self._pool_key[0] and _IDLE[key]]
+        for key in others:
+            free = ray.available_resources()
+            if free.get("CPU", 0.0) >= new * self.num_cpus_per_worker and (
+                free.get("GPU", 0.0) >= new * self.num_gpus_per_worker
+            ):
+                return
+            for worker in _IDLE.pop(key):
+                try:
+                    ray.kill(worker)
+                except Exception:  # pragma: no cover (already gone)
+                    pass
 
     def _default_workers(self, ray: Any) -> int:
         resources = ray.cluster_resources()
