@@ -26,12 +26,13 @@ reported apart (``ray_start_seconds``). The timed Ray run's wall time includes e
 
 For each Ray run it prints where the trainers' time went: the run's fixed costs (before the first job and after the
 last update: building the run, the final evaluation and plots, when nothing can train in parallel), this process's
-time waiting for a worker's result, its other work per update (simulation, shipping, receiving), and the trainers'
-busy share of the rest. The last lines are machine-readable, one per heavy workload (``heavy-fedasmu`` last):
+time waiting for a worker's result, its other work per update (simulation, evaluations during the run, shipping,
+receiving), the trainers' busy share of the rest, the workers' alone, and how long a job trained on a worker and
+here on average. The last lines are machine-readable, one per heavy workload (``heavy-fedasmu`` last):
 ``speedup=<Ray / sequential updates per second, median> limit=<this machine's limit> efficiency=<speedup / limit>
 weights identical`` (or ``weights differ``), for the first Ray configuration (``train_locally``; with GPU workers,
 the other one). The limit is measured in the same run: ``--workers`` raw PyTorch loops of the heavy workload's
-SGD step at once against one.
+SGD step at once against one (the median of three alternating measurements).
 """
 
 from __future__ import annotations
@@ -202,20 +203,25 @@ print(time.perf_counter() - start)
 """
 
 
-def machine_scaling(processes: int, steps: int = 400) -> float:
+def machine_scaling(processes: int, steps: int = 400, repeats: int = 3) -> float:
     """This machine's own limit for ``processes`` parallel trainings: the heavy workload's SGD step in a raw PyTorch
-    loop, one thread, run alone and then in ``processes`` processes at once; returns their summed throughput over
-    the lone one's (``processes`` on ideal cores; less where the cores share caches, memory bandwidth or a host)."""
+    loop, one thread, run alone and then in ``processes`` processes at once (all at this process's priority, as the
+    Ray workers since they run at their node's); returns their summed throughput over the lone one's (``processes``
+    on ideal cores; less where the cores share caches, memory bandwidth or a host), the median of ``repeats``
+    alternating measurements (one pair alone read 1.52x and 1.93x on the same quiet VM the same day)."""
     import subprocess
     import sys
 
     def launch() -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-c", RAW_LOOP.format(steps=steps)], stdout=subprocess.PIPE, text=True)
 
-    alone = float(launch().communicate()[0])
-    together = [launch() for _ in range(processes)]
-    seconds = [float(p.communicate()[0]) for p in together]
-    return sum(alone / s for s in seconds)
+    ratios = []
+    for _ in range(repeats):
+        alone = float(launch().communicate()[0])
+        together = [launch() for _ in range(processes)]
+        seconds = [float(p.communicate()[0]) for p in together]
+        ratios.append(sum(alone / s for s in seconds))
+    return statistics.median(ratios)
 
 
 class Span:
@@ -297,7 +303,9 @@ def main() -> None:
     if args.workers < 2 or args.gpus_per_worker > 0:  # (this process trains on the CPU: not with GPU workers)
         del configurations[next(iter(configurations))]
     start = time.perf_counter()
-    ray.init(address="local", num_cpus=args.workers, include_dashboard=False, log_to_driver=False)  # (a Ray of its own)
+    # (a Ray of its own; the CPUs it counts let the idle workers of both configurations wait side by side: those of
+    # train_locally run at this process's priority, the others below it, so they are not the same workers)
+    ray.init(address="local", num_cpus=2 * args.workers - 1, include_dashboard=False, log_to_driver=False)
     for executor in configurations.values():  # starts the workers (they import torch and Lightning), kept
         fit("digits", 5, executor())
     print(f"ray_start_seconds={time.perf_counter() - start:.1f} (Ray and its workers, once per process)")
@@ -339,8 +347,17 @@ def main() -> None:
                     f"parallel training); between the first job and the last update ({middle:.1f}s) the trainers "
                     f"were busy {trained / (middle * args.workers):.0%}; this process waited for a result "
                     f"{wait:.1f}s, trained {stats['local_seconds']:.1f}s and spent "
-                    f"{driver / max(ray_updates, 1) * 1e3:.1f} ms per update on the rest (simulation, shipping, "
-                    f"receiving); jobs computed here at their events: {stats['jobs_local']}"
+                    f"{driver / max(ray_updates, 1) * 1e3:.1f} ms per update on the rest (simulation, evaluations "
+                    f"during the run, shipping, receiving); jobs computed here at their events: {stats['jobs_local']}"
+                )
+                remote, here = stats["jobs_remote"], stats["jobs_trained_locally"]
+                workers = args.workers - 1 if "train_locally" in label else args.workers
+                print(
+                    f"    the workers were busy {stats['worker_seconds'] / (middle * workers):.0%} of those "
+                    f"{middle:.1f}s; a job trained {stats['worker_seconds'] / max(remote, 1) * 1e3:.0f} ms on a "
+                    f"worker ({remote} jobs)"
+                    + (f", {stats['local_seconds'] / here * 1e3:.0f} ms here ({here} jobs)" if here else "")
+                    + " on average"
                 )
                 if stats.get("request_seconds"):  # (jobs with a request: FedASMU)
                     print(
@@ -355,7 +372,7 @@ def main() -> None:
     limit = machine_scaling(args.workers)
     print(
         f"this machine's own limit: {args.workers} raw PyTorch loops of the heavy workload's step at once train "
-        f"{limit:.2f}x one loop's steps per second"
+        f"{limit:.2f}x one loop's steps per second (median of 3 alternating measurements)"
     )
     for name in names:  # (heavy-fedasmu last, with the default workloads)
         if name == "digits" and len(names) > 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -189,8 +190,12 @@ class CallbackConnector(SimulationObserver):
         return self.trainer.should_stop
 
     def evaluate(self, sim: Simulator) -> None:
-        """Evaluate the current global model and call ``on_evaluation_end`` with its row."""
-        row = self.evaluation.run(sim)
+        """Evaluate the current global model and call ``on_evaluation_end`` with its row (while the run goes on, a
+        Ray executor's workers first get enough jobs to train meanwhile: its ``pause``)."""
+        pause = getattr(sim.executor, "pause", None)
+        pausing = pause is not None and self.evaluation.batches and not self.trainer.final_evaluation
+        with pause() if pausing else contextlib.nullcontext():
+            row = self.evaluation.run(sim)
         if row is not None:
             self._call_in_event("on_evaluation_end", row)
 

@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray", reason="the Ray executor needs the ray extra: p
 
 from conftest import global_weights, make_trainer  # noqa: E402
 
-from lit_asyncfl.algorithms import ASFL, get_algorithm  # noqa: E402
+from lit_asyncfl.algorithms import ASFL, FedAsync, get_algorithm  # noqa: E402
 from lit_asyncfl.callbacks import Callback  # noqa: E402
 from lit_asyncfl.client.ray_executor import RayExecutor  # noqa: E402
 from lit_asyncfl.data import DigitsDataModule  # noqa: E402
@@ -97,6 +97,27 @@ def test_the_workers_run_on_both_nodes_of_the_cluster(tmp_path, cluster):
     finally:
         executor.stop()
     assert nodes == {n["NodeID"] for n in ray.nodes() if n["Alive"]} and len(nodes) == 2
+
+
+def test_workers_beside_a_training_simulation_run_at_its_priority_and_yield_to_it_otherwise(tmp_path, cluster):
+    """Ray starts workers 15 below its node processes' priority (``nice``; here this process started them): with
+    ``train_locally`` the workers are this process's peers (else a worker beside it loses the cores it shares);
+    without, this process's work is the run's serial path and they keep Ray's default. The pools of idle workers
+    are apart (a worker's priority cannot be raised again), and one makes room for the other on a full cluster."""
+
+    def priorities(executor):
+        executor.start(lambda device: None, torch.device("cpu"))
+        try:
+            pids = [pid for _, pid in ray.get([w.where.remote() for w in executor.workers])]
+        finally:
+            executor.stop()
+        return [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids]
+
+    here = os.getpriority(os.PRIO_PROCESS, 0)
+    assert priorities(RayExecutor(num_workers=1, train_locally=True)) == [here]
+    lower = priorities(RayExecutor(num_workers=2))  # (both CPUs of the cluster: the idle peer is ended first)
+    assert len(lower) == 2 and all(p > here for p in lower)
+    assert priorities(RayExecutor(num_workers=1, train_locally=True)) == [here]
 
 
 @pytest.mark.parametrize(("first", "second"), [("ray", "ray"), ("ray", "sequential"), ("sequential", "ray")])
@@ -253,12 +274,66 @@ def test_each_worker_holds_at_most_two_tasks_and_the_rest_wait_here(tmp_path, cl
     from lit_asyncfl.client.ray_executor import TASKS_PER_WORKER
 
     executor = RayExecutor(num_workers=2, max_ahead=8)
+    executor.pause = None  # (no pause at evaluations: see the next test)
     watch = WatchTheWorkers(executor)
     trainer = fit(tmp_path, "fedbuff", executor, num_clients=40, max_versions=3, callbacks=[watch])
     assert TASKS_PER_WORKER == 2 and watch.most_placed == 2  # 8 shipped jobs, at most 2 on each worker
     assert watch.most_waiting > 4  # so some waited in this process
     stats = trainer.summary["executor"]
     assert 0 < stats["worker_seconds"] < trainer.summary["wall_seconds"] * 2
+
+
+class WatchTheFirstEvaluation(Callback):
+    """Records the tasks placed on each worker and the shipped jobs when the initial model's evaluation ends."""
+
+    def __init__(self, executor):
+        self.executor, self.placed, self.shipped = executor, None, None
+
+    def on_evaluation_end(self, trainer, row):
+        if self.placed is None:
+            self.placed, self.shipped = list(self.executor._busy), len(self.executor._shipped)
+
+
+def test_workers_get_every_shipped_job_before_the_first_evaluation(tmp_path, cluster):
+    """This process evaluates the initial model after the first dispatches; only it gives the workers tasks, so
+    before that evaluation (whose length is not known yet) they get every shipped job instead of two each."""
+    executor = RayExecutor(num_workers=2, max_ahead=8)
+    watch = WatchTheFirstEvaluation(executor)
+    sequential = fit(tmp_path / "seq", "fedbuff", num_clients=40, max_versions=3)
+    trainer = fit(tmp_path / "ray", "fedbuff", executor, num_clients=40, max_versions=3, callbacks=[watch])
+    assert watch.shipped == 8 and sum(watch.placed) == 8 and max(watch.placed) > 2  # (without the pause: 2 + 2)
+    assert torch.equal(global_weights(trainer), global_weights(sequential))
+
+
+def test_the_worker_has_enough_to_train_while_this_process_trains(tmp_path, cluster):
+    """With ``train_locally``, before this process trains a task, the worker gets tasks queued behind the one it
+    trains for at least as many local steps (at the measured paces; here taken as equal), where enough wait: two
+    tasks alone may be shorter (clients of unequal sizes)."""
+    from lit_asyncfl.executors.ray.placement import _steps
+
+    executor = RayExecutor(num_workers=1, train_locally=True, max_ahead=8)
+    seen = []
+    train_here = executor._train_here
+
+    def watched(task):
+        others = sum(_steps(entry[2]) for entry in executor._waiting)
+        seen.append((_steps(task), executor._queued_steps(0), others, executor._busy[0]))
+        train_here(task)
+
+    executor._train_here = watched
+    executor._pace_ratio = lambda: 1.0
+    executor.pause = None  # (which gives the worker every waiting task: see the test above)
+
+    def run(name, executor=None):
+        trainer = make_trainer(tmp_path / name, FedAsync(concurrency=8), max_versions=20, num_clients=20,
+                               checkpoint_every_seconds=None, executor=executor or "sequential")  # fmt: skip
+        trainer.fit(LeNet5(lr=0.05), DigitsDataModule(partition="dirichlet", alpha=0.5, batch_size=10))
+        return trainer
+
+    sequential, trainer = run("seq"), run("ray", executor)
+    assert seen and all(queued >= steps or waiting == 0 for steps, queued, waiting, _ in seen)
+    assert any(placed > 2 for *_, placed in seen)  # (more than TASKS_PER_WORKER: the reserve placed them)
+    assert torch.equal(global_weights(trainer), global_weights(sequential))
 
 
 class DtypeSensitiveLeNet(LeNet5):

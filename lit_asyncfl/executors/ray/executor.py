@@ -9,11 +9,13 @@ thread count) whatever the number of workers or the order in which they finish.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
 import math
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -34,6 +36,15 @@ from lit_asyncfl.executors.ray.worker import (
 )
 
 log = logging.getLogger("lit_asyncfl")
+
+#: The workers' runtime environment with ``train_locally`` (merged with the job's): they run at the priority of Ray's
+#: node processes (the simulation's process, where it starts Ray), its peers in training, not 15 below it (``nice``),
+#: Ray's default for workers, under which a worker sharing cores with this process or anything else trained up to
+#: three times slower than a process with an equal share (a raw SGD loop of the ``heavy`` benchmark's CNN beside the
+#: same loop in this process, on the shared 2-core VM: 18-43 ms per step against its 11-17 ms; at equal priority
+#: 16-26 ms for both). Without ``train_locally`` they keep Ray's default: this process's work is then the run's
+#: serial path, which workers on its cores (``num_workers=None`` counts them) must not slow down.
+WORKER_RUNTIME_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
 
 #: Accepted ``executor`` names (``FederatedTrainer(executor=...)``; a :class:`RayExecutor` object is accepted too).
 EXECUTORS = ("sequential", "ray")
@@ -66,9 +77,13 @@ class RayExecutor(_Requests):
     shipped jobs wait to be consumed (so at most that many results, plus the in-flight jobs' start models, are
     alive). Each worker holds at most :data:`TASKS_PER_WORKER` of them (one training, one queued); the others wait in
     this process and go, due first, to whichever worker frees up first, so the update the simulation needs next is
-    never stuck behind a long queue on a busy worker while another worker idles. Each global version goes into Ray's
+    never stuck behind a long queue on a busy worker while another worker idles. Only this process gives workers
+    tasks, so before it is busy for a while it gives them more: before an evaluation during the run (:meth:`pause`),
+    and with ``train_locally`` before it trains a job itself. Each global version goes into Ray's
     object store once and every job starting from it refers to it. Each worker builds the engine once: the module
-    copy and the clients' data stay resident on it.
+    copy and the clients' data stay resident on it. With ``train_locally`` workers run at the priority of Ray's node
+    processes, as peers of this process (:data:`WORKER_RUNTIME_ENV`; Ray's default, kept otherwise, runs them 15
+    ``nice`` levels lower, and a worker sharing a core with this process lost it).
 
     Client callbacks with state across jobs declare
     :attr:`~lit_asyncfl.client_callbacks.ClientCallback.carries_state` (MOON, FedDyn, ASO-Fed, FedSA, FedASMU, local
@@ -120,7 +135,8 @@ class RayExecutor(_Requests):
             or when one of them is needed).
         train_locally: The simulation's process trains shipped jobs too while it waits for a result: the job due
             next when no worker has it yet, else the earliest waiting one (results as on a worker: same engine,
-            seeds and thread count). Where the workers share this process's cores, ``num_workers`` one below the
+            seeds and thread count), after giving the workers waiting tasks for as long as that job will take it
+            (at the paces measured so far). Where the workers share this process's cores, ``num_workers`` one below the
             cores plus ``train_locally=True`` keeps every core training without oversubscribing them (on 2 cores,
             2 workers and this process share 2 cores: their jobs trained up to ~20% slower than alone); on a cluster,
             where this process has a core of its own, it adds one trainer.
@@ -262,12 +278,14 @@ class RayExecutor(_Requests):
         with detached(callbacks):  # the client state store stays here: jobs carry their entries
             self._trainer_ref = ray.put(make_trainer)  # the module and every client's data, shipped once
         self._settings = _torch_settings()  # what the workers train with (and this process, train_locally)
-        self._actor = ray.remote(num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker)(_Worker)
+        peers = {"runtime_env": WORKER_RUNTIME_ENV} if self.train_locally else {}  # (see WORKER_RUNTIME_ENV)
+        self._actor = ray.remote(num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker, **peers)(_Worker)
         session = (ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id())
-        self._pool_key = (session, self.num_cpus_per_worker, self.num_gpus_per_worker)
+        self._pool_key = (session, self.num_cpus_per_worker, self.num_gpus_per_worker, self.train_locally)
         for key in [k for k in _IDLE if k[0] != session]:  # another Ray session's: stale handles
             del _IDLE[key]
         idle = _IDLE.setdefault(self._pool_key, [])
+        self._free_idle(ray, n - len(idle))
         self._workers = [idle.pop() if idle else self._actor.remote() for _ in range(n)]
         self._load_engines(self._workers)
         self._pending: dict[int, tuple[ClientJob, Tensor]] = {}
@@ -280,6 +298,8 @@ class RayExecutor(_Requests):
         self._busy = [0] * n  # tasks placed on each worker and not received
         self._order = itertools.count()
         self._trained_here: set[int] = set()  # jobs this process trained (train_locally), until consumed
+        self._pace = {"worker": [0.0, 0.0], "here": [0.0, 0.0]}  # (seconds, steps) trained: see _place's reserve
+        self._pause_seconds: float | None = None  # how long the last pause lasted
         self._parked: dict[int, tuple[int, Any]] = {}  # job id -> (worker index or -1: here, actor): first part done
         self._merged: dict[int, list[Any]] = {}  # job id -> what its merge taught, until its request event takes it
         self._points: dict[int, Any] = {}  # job id -> its state at its request (parked), until its request event
@@ -293,6 +313,24 @@ class RayExecutor(_Requests):
         for key in ("worker_seconds", "local_seconds", "wait_seconds", "request_seconds"):
             self.stats[key] = 0.0
         return self
+
+    def _free_idle(self, ray: Any, new: int) -> None:
+        """End idle workers that runs of this process kept with other settings (another pool) while Ray lacks the
+        CPUs or GPUs of ``new`` workers: an idle worker holds its share."""
+        if new <= 0:
+            return
+        others = [key for key in _IDLE if key != self._pool_key and key[0] == self._pool_key[0] and _IDLE[key]]
+        for key in others:
+            free = ray.available_resources()
+            if free.get("CPU", 0.0) >= new * self.num_cpus_per_worker and (
+                free.get("GPU", 0.0) >= new * self.num_gpus_per_worker
+            ):
+                return
+            for worker in _IDLE.pop(key):
+                try:
+                    ray.kill(worker)
+                except Exception:  # pragma: no cover (already gone)
+                    pass
 
     def _default_workers(self, ray: Any) -> int:
         resources = ray.cluster_resources()
@@ -356,6 +394,25 @@ class RayExecutor(_Requests):
             self._fill()
         else:
             self._stay.add(job.job_id)
+
+    @contextlib.contextmanager
+    def pause(self) -> Iterator[None]:
+        """This process does other work than jobs inside (an evaluation of the global model): the workers first get
+        waiting tasks for as long as the last pause lasted, at their measured pace (every waiting task before the
+        first pause, or before they have trained anything), since only this process gives them tasks. Where jobs
+        train does not change their results."""
+        if not self._workers:  # (not started)
+            yield
+            return
+        seconds, steps = self._pace["worker"]
+        known = self._pause_seconds is not None and seconds > 0 and steps > 0
+        self._poll()
+        self._place(reserve=self._pause_seconds * steps / seconds if known else math.inf)  # type: ignore[operator]
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._pause_seconds = time.perf_counter() - began
 
     def cancel(self, job_id: int) -> None:
         """Forget a job whose update will never be consumed (a shipped job's result is discarded; a task already on

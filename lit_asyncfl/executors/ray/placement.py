@@ -26,7 +26,8 @@ from lit_asyncfl.executors.ray.worker import _apply_torch_settings, _torch_setti
 MAX_WORKER_FAILURES = 3
 
 #: Tasks placed on one worker at a time: one training, one waiting (it hides the round trip). Every other shipped
-#: task waits in this process, earliest expected arrival first, and goes to whichever worker frees up first.
+#: task waits in this process, earliest expected arrival first, and goes to whichever worker frees up first (more go
+#: before this process is busy elsewhere: see ``_Placement._place``'s ``reserve``).
 TASKS_PER_WORKER = 2
 
 
@@ -98,6 +99,8 @@ class _Placement:
     _worker_device: str
     _points: dict[int, Any]
     _whole: bool
+    #: seconds and local steps trained on the workers, and here (``train_locally``): their pace
+    _pace: dict[str, list[float]]
 
     def _remote(self, job: ClientJob) -> bool:
         """Whether a job is computed on a worker (else here, at its event): every callback runs on workers or
@@ -155,13 +158,19 @@ class _Placement:
         if place:
             self._place()
 
-    def _place(self) -> None:
-        """Put waiting tasks, earliest expected arrival first, on workers with fewer than TASKS_PER_WORKER tasks;
-        the merge and the rest of a parked job (parts 3 and 2) wait for the worker it is parked on (or for this
-        process)."""
+    def _place(self, reserve: float = 0.0) -> None:
+        """Put waiting tasks, earliest expected arrival first, on workers with fewer than TASKS_PER_WORKER tasks,
+        or whose tasks behind the one they train hold fewer than ``reserve`` local steps (this process is about to
+        be busy for about that long: training a task itself, evaluating; a worker must not run dry meanwhile,
+        since only this process places tasks); the merge and the rest of a parked job (parts 3 and 2) wait for the
+        worker it is parked on (or for this process)."""
         aside = []
         while self._waiting:
-            free = [w for w in range(len(self._workers)) if self._busy[w] < TASKS_PER_WORKER]
+            free = [
+                w
+                for w in range(len(self._workers))
+                if self._busy[w] < TASKS_PER_WORKER or (reserve > 0 and self._queued_steps(w) < reserve)
+            ]
             if not free:
                 break
             entry = heapq.heappop(self._waiting)
@@ -201,6 +210,33 @@ class _Placement:
         for entry in aside:
             heapq.heappush(self._waiting, entry)
 
+    def _pace_ratio(self) -> float:
+        """How many of a worker's local steps last as long as one of this process's (1 until both have trained)."""
+        (worker, worker_steps), (here, here_steps) = self._pace["worker"], self._pace["here"]
+        if not (worker and worker_steps and here and here_steps):
+            return 1.0
+        return (here / here_steps) / (worker / worker_steps)
+
+    def _queued_steps(self, worker: int) -> int:
+        """The local steps of the tasks placed on ``worker`` behind the first one (the one it trains, or has
+        trained and not handed back yet)."""
+        placed = [shipped for shipped in self._running.values() if shipped.worker == worker]
+        return sum(_steps(shipped) for shipped in placed[1:])
+
+    def _poll(self) -> bool:
+        """Receive every task that has finished, without waiting; whether any was received."""
+        if not self._running:
+            return False
+        finished, _ = self._ray.wait(list(self._running), num_returns=len(self._running), timeout=0)
+        for ref in finished:
+            self._receive(self._running.pop(ref))
+        return bool(finished)
+
+    def _take(self, task: _Shipped) -> None:
+        """Take a waiting task off the tasks waiting for a worker (this process trains it)."""
+        self._waiting = [entry for entry in self._waiting if entry[2] is not task]
+        heapq.heapify(self._waiting)
+
     def _live(self, shipped: _Shipped) -> bool:
         """Whether any job of a task is still wanted."""
         return any(self._shipped.get(k) is shipped for k in shipped.batch)
@@ -222,24 +258,24 @@ class _Placement:
         while job_id not in self._done and not (
             (parked and job_id in self._parked) or (merged and job_id in self._merged)
         ):
-            shipped = self._shipped[job_id]
-            if self.train_locally and shipped.ref is None and _here(shipped):  # no worker has the job due next
-                self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
-                heapq.heapify(self._waiting)
-                self._train_here(shipped)  # it trains here, now
-                continue
+            if self.train_locally:  # this process trains, while it waits, what no worker has
+                shipped = self._shipped[job_id]
+                task = shipped if shipped.ref is None and _here(shipped) else None  # no worker has the job due
+                if task is not None:  # next: it trains here, now
+                    self._take(task)
+                if self._poll() and task is None:  # (the finished tasks first: their workers get the next ones
+                    continue  # before this process trains; the job may be done)
+                mine = [entry for entry in self._waiting if _here(entry[2])]
+                if task is None and mine:  # else the earliest waiting task this process can train
+                    task = min(mine)[2]
+                    self._take(task)
+                if task is not None:
+                    self._place(reserve=_steps(task) * self._pace_ratio())  # the workers get enough meanwhile
+                    self._train_here(task)
+                    continue
             self._place()
             began = time.perf_counter()
-            finished, _ = ray.wait(list(self._running), num_returns=1, timeout=0 if self.train_locally else None)
-            mine = [entry for entry in self._waiting if _here(entry[2])] if not finished else []
-            if mine:  # (train_locally) the workers are busy: the earliest waiting task this process can train
-                entry = min(mine)
-                self._waiting.remove(entry)
-                heapq.heapify(self._waiting)
-                self._train_here(entry[2])
-                continue
-            if not finished:
-                finished, _ = ray.wait(list(self._running), num_returns=1)
+            finished, _ = ray.wait(list(self._running), num_returns=1)
             self.stats["wait_seconds"] += time.perf_counter() - began
             for ref in finished:
                 self._receive(self._running.pop(ref))
@@ -269,6 +305,7 @@ class _Placement:
         count and torch settings (this process's at the run's start), leaving this process's random generators as
         they were (:func:`generators_kept`: here a job trains at a wall-clock moment); its results wait for their
         jobs like a worker's, and an error is raised when its job is consumed."""
+        steps = _steps(shipped)
         jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
         live = [k for k in shipped.batch if self._shipped.get(k) is shipped]
         if not live:  # every job of it was cancelled before it trained
@@ -301,6 +338,7 @@ class _Placement:
             return
         finally:
             self.stats["local_seconds"] += time.perf_counter() - began
+            _paced(self._pace["here"], time.perf_counter() - began, steps)
         for k, result in zip(shipped.batch, done):
             if k in live:
                 self._done[k] = result
@@ -311,6 +349,7 @@ class _Placement:
         jobs are shipped again (the same jobs: the same result)."""
         ray = self._ray
         self._busy[shipped.worker] -= 1
+        steps = _steps(shipped)
         jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
         live = [k for k in shipped.batch if self._shipped.get(k) is shipped]  # (not the cancelled ones)
         try:
@@ -341,6 +380,7 @@ class _Placement:
             heapq.heappush(self._waiting, (again.key, next(self._order), again))
             return
         self.stats["worker_seconds"] += seconds
+        _paced(self._pace["worker"], seconds, steps)
         if shipped.part == 1:  # parked on the worker until the simulation reaches its request
             if live:
                 self._parked[live[0]] = (shipped.worker, shipped.actor)
@@ -392,6 +432,26 @@ def _rest_due(whole: bool, job: ClientJob) -> float:
     """When the rest of a job after its merge is needed: at its arrival, or at its request when it is collected
     there (``whole``)."""
     return -math.inf if whole else job.dispatch_time + job.timing.total
+
+
+def _steps(shipped: _Shipped) -> int:
+    """About how many local steps a task trains (to keep workers busy while this process is; 0 once received)."""
+    jobs = shipped.jobs or []
+    if shipped.part == 0 or not jobs:
+        return sum(job.num_steps for job in jobs)
+    request = jobs[0].request_step or 0
+    if shipped.part == 1:
+        return request
+    if shipped.part == 3:  # (the merge: about a step's work; from the start, the part before the request too)
+        return request + 1 if shipped.from_start else 1
+    return jobs[0].num_steps - request
+
+
+def _paced(pace: list[float], seconds: float, steps: int) -> None:
+    """Count a task's training time and steps in a pace (the last ~50 tasks weigh: the machine's speed drifts)."""
+    if steps > 0:
+        decay = 0.98
+        pace[0], pace[1] = decay * pace[0] + seconds, decay * pace[1] + steps
 
 
 def _due(job: ClientJob) -> float:

@@ -37,8 +37,9 @@ def _import_ray() -> Any:
     return ray
 
 
-#: Idle workers kept for the next run of this process, per (Ray job, CPUs, GPUs) (see ``reuse_workers``).
-_IDLE: dict[tuple[str, float, float], list[Any]] = {}
+#: Idle workers kept for the next run of this process, per (Ray job, CPUs, GPUs, ``train_locally``: their priority)
+#: (see ``reuse_workers``).
+_IDLE: dict[tuple[Any, float, float, bool], list[Any]] = {}
 
 
 def release_workers() -> None:
