@@ -2,7 +2,8 @@
 
 ``fast`` (:class:`FastEngine`, a plain PyTorch loop), ``lightning`` (:class:`LightningEngine`, a
 ``lightning.Trainer`` per job) and ``cohort`` (:class:`CohortEngine`, many jobs at once with ``torch.func``), on
-their common base (:class:`LocalEngine`) and the CPU kernel choice (:class:`OneDNN`).
+their common base (:class:`LocalEngine`), the CPU kernel choice (:class:`OneDNN`) and the cohort's channels-last
+convolutions and pooling over the stacked jobs (:class:`BatchedKernels`).
 
 The engines' former names stay importable as aliases of the same classes: ``LocalTrainer`` (:class:`FastEngine`),
 ``LightningLocalTrainer`` (:class:`LightningEngine`) and ``CohortTrainer`` (:class:`CohortEngine`). ``Trainer`` now
@@ -18,6 +19,7 @@ from lit_asyncfl.engines.cohort import CohortEngine, check_cohort_support
 from lit_asyncfl.engines.cohort import (
     CohortTrainer as CohortTrainer,  # the former name (an alias)
 )
+from lit_asyncfl.engines.cohort_kernels import BatchedKernels
 from lit_asyncfl.engines.cohort_step import CohortJobTrainer
 from lit_asyncfl.engines.fast import FastEngine
 from lit_asyncfl.engines.fast import LocalTrainer as LocalTrainer  # the former name (an alias)
@@ -25,6 +27,7 @@ from lit_asyncfl.engines.lightning import LightningEngine
 from lit_asyncfl.engines.lightning import LightningLocalTrainer as LightningLocalTrainer  # the former name
 
 __all__ = [
+    "BatchedKernels",
     "CohortEngine",
     "CohortJobTrainer",
     "FastEngine",
