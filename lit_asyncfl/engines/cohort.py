@@ -8,7 +8,7 @@ cohorts (:class:`~lit_asyncfl.executors.CohortExecutor`, still importable from h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,14 +225,21 @@ class CohortEngine(LocalEngine):
         if not jobs:
             return []
         self.module.train()
-        plans = []  # every job's (epoch, batch_idx, batch) list over all its epochs: the fast engine's batches
+        # Every job's (epoch, batch_idx, batch) list over all its epochs: the fast engine's batches. Where a batch is
+        # the gather of its sample indices (resident shards without a random transform), the plans hold the index
+        # tensors instead, and a step gathers all its jobs' batches at once (:meth:`_batch`); nothing then draws from
+        # the global generators, so seeding them for the last job alone leaves them as seeding every job in turn.
+        gathers = getattr(self.shards, "gathers", False)
+        epochs = self.shards.batch_indices if gathers else self.shards.batches
+        plans = []
         for job in jobs:
-            generator = self.seed_job(job)  # a dataset's random transforms draw as in the job's own fast run
+            # a dataset's random transforms draw as in the job's own fast run
+            generator = self.job_generator(job) if gathers and job is not jobs[-1] else self.seed_job(job)
             plans.append(
                 [
                     (epoch, i, b)
                     for epoch in range(job.local_epochs)
-                    for i, b in enumerate(self.shards.batches(job.client, self.batch_size, generator))
+                    for i, b in enumerate(epochs(job.client, self.batch_size, generator))
                 ][: job.local_steps]  # a job's own number of steps (FedCompass) cuts its last epoch
             )
         # Rows in order of decreasing number of steps: the jobs still training at any step are the first rows, so a
@@ -252,6 +259,7 @@ class CohortEngine(LocalEngine):
             loss_sums=torch.zeros(len(jobs), dtype=weights.dtype, device=self.device),
             logs=[JobLog() for _ in jobs],
             log_kwargs=self._step_module.log.kwargs,
+            gather=self.shards.gather if gathers else None,
         )
         padded = self.no_padding_because is None
         with self.batched.stand_ins():  # self.log collects into the batched step; self.trainer is set per group
@@ -291,6 +299,8 @@ class CohortEngine(LocalEngine):
         prefix = members[-1] == k - 1
         optimizer, weights, anchors = self.stacked_optimizer, cohort.weights, cohort.anchors
         batch, sample_weights = self.batched.stack_batches([cohort.plans[j][t][2] for j in members])
+        if cohort.gather is not None:  # the stacked (and padded) index tensors: one gather for all the jobs
+            batch = cohort.gather(batch)
         if prefix:
             w, lr = weights[:k], cohort.lrs[:k, None]
             anchor = None if anchors is None else anchors[:k]
@@ -329,7 +339,7 @@ class CohortEngine(LocalEngine):
         optimizer, w = self.stacked_optimizer, cohort.weights[j]  # a view: updated in place
         self.flat.load(w)  # the module's parameters are views of self.flat (no floating buffers under this engine)
         with torch.enable_grad(), OneDNN(self.single_job_onednn):
-            loss, logged = self._step_module(cohort.plans[j][t][2], idx)
+            loss, logged = self._step_module(cohort.batch(j, t), idx)
             grads = torch.autograd.grad(loss, self.flat.params, allow_unused=True, materialize_grads=True)
         g = torch.cat([grad.reshape(-1) for grad in grads])
         optimizer.penalize(g, w, None if cohort.anchors is None else cohort.anchors[j], cohort.prox)
@@ -344,10 +354,11 @@ class CohortEngine(LocalEngine):
 @dataclass
 class _Cohort:
     """What the jobs of one :meth:`CohortEngine.train_many` share while they train, in rows ordered by decreasing
-    number of steps: each job's batches (``plans``: ``(epoch, batch_idx, batch)`` per step), the stacked weights,
-    the proximal anchors (their start weights, ``None`` without FedProx) and coefficients ``prox``, the learning
-    rates, the running loss sums and each job's :class:`~lit_asyncfl.loops.JobLog` (``log_kwargs``: the options each
-    logged name was logged with)."""
+    number of steps: each job's batches (``plans``: ``(epoch, batch_idx, batch)`` per step, where ``batch`` is the
+    batch's sample indices when ``gather`` turns those into the batch), the stacked weights, the proximal anchors
+    (their start weights, ``None`` without FedProx) and coefficients ``prox``, the learning rates, the running loss
+    sums and each job's :class:`~lit_asyncfl.loops.JobLog` (``log_kwargs``: the options each logged name was logged
+    with)."""
 
     plans: list[list[tuple[int, int, Any]]]
     weights: Tensor
@@ -357,10 +368,16 @@ class _Cohort:
     loss_sums: Tensor
     logs: list[JobLog]
     log_kwargs: dict[str, dict[str, Any]]
+    gather: Callable[[Tensor], Any] | None = None
+
+    def batch(self, j: int, t: int) -> Any:
+        """Job ``j``'s batch at its step ``t``."""
+        planned = self.plans[j][t][2]
+        return planned if self.gather is None else self.gather(planned)
 
     def log(self, j: int, t: int, logged: dict[str, Any]) -> None:
         """Hand what job ``j`` logged at its step ``t`` to its own ``JobLog``, which reduces it as under
-        ``engine='fast'``."""
+        ``engine='fast'`` (an index tensor stands for its batch: the batch size it gives is the batch's)."""
         self.logs[j].batch = self.plans[j][t][2]
         for name, value in logged.items():
             self.logs[j].log(name, value, **self.log_kwargs[name])
