@@ -120,8 +120,7 @@ class ClientShards:
         idx = self.indices[client]
         order = idx[torch.randperm(len(idx), generator=generator).to(self.device)] if self.shuffle else idx
         end = steps_per_epoch(len(order), batch_size, self.drop_last) * batch_size
-        for start in range(0, min(end, len(order)), batch_size):
-            yield order[start : start + batch_size]
+        yield from order[:end].split(batch_size)  # views, as slices of order (one call for all the batches)
 
     @property
     def gathers(self) -> bool:

@@ -313,7 +313,7 @@ class CohortEngine(LocalEngine):
                 grads, (loss, logged) = self._step(self.batched.params(w), batch, idx)
             else:
                 grads, (loss, logged) = self._padded_step(self.batched.params(w), batch, sample_weights, idx)
-        g = torch.cat([grads[name].reshape(k, -1) for name in self.batched.names], dim=1)
+        g = self.batched.flat_gradients(grads, k)
         optimizer.penalize(g, w, anchor, cohort.prox)
         optimizer.decay(w, lr)
         if prefix:

@@ -209,6 +209,16 @@ class _BatchedStep:
             offset += n
         return views
 
+    def flat_gradients(self, grads: dict[str, Tensor], rows: int) -> Tensor:
+        """The gradients by name (as :attr:`step` returns them) as one ``[rows, parameters]`` tensor in the order
+        of the flat weights: each copied once into its columns (the channels-last gradients of convolutions, not
+        contiguous, would otherwise be copied twice, by a reshape and a concatenation)."""
+        first = grads[self.names[0]]
+        flat = torch.empty(rows, self.flat.param_numel, dtype=first.dtype, device=first.device)
+        for name, view in self.params(flat).items():
+            view.copy_(grads[name])
+        return flat
+
     def stack_batches(self, batches: list[Any]) -> tuple[Any, Tensor | None]:
         """The jobs' batches stacked into one ``[jobs, samples, ...]`` batch, and the per-sample loss weights
         (``None`` when every batch is full: no padding). A smaller batch is padded with copies of its first sample,
