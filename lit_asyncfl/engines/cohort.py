@@ -18,7 +18,14 @@ from torch import Tensor, nn
 
 from lit_asyncfl.client_callbacks.base import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
-from lit_asyncfl.engines.base import LocalEngine, OneDNN, choose_onednn, generators_kept, parse_optimizers
+from lit_asyncfl.engines.base import (
+    LocalEngine,
+    OneDNN,
+    choose_onednn,
+    generators_kept,
+    in_training_mode,
+    parse_optimizers,
+)
 from lit_asyncfl.engines.cohort_optim import (
     _AdamSettings,
     _BatchedOptimizer,
@@ -224,10 +231,11 @@ class CohortEngine(LocalEngine):
     def _train_many(self, jobs: Sequence[ClientJob], starts: Sequence[Tensor]) -> list[ClientUpdate]:
         if not jobs:
             return []
-        self.module.train()
+        if not in_training_mode(self.module):  # module.train() walks and sets every submodule: 0.1 ms a cohort
+            self.module.train()
         # Every job's (epoch, batch_idx, batch) list over all its epochs: the fast engine's batches. Where a batch is
         # the gather of its sample indices (resident shards without a random transform), the plans hold the index
-        # tensors instead, and a step gathers all its jobs' batches at once (:meth:`_batch`); nothing then draws from
+        # tensors instead, and a step gathers all its jobs' batches at once (_step_group); nothing then draws from
         # the global generators, so seeding them for the last job alone leaves them as seeding every job in turn.
         gathers = getattr(self.shards, "gathers", False)
         epochs = self.shards.batch_indices if gathers else self.shards.batches
@@ -269,9 +277,12 @@ class CohortEngine(LocalEngine):
                     if t >= len(plan):
                         break  # rows are ordered by number of steps: every later job has finished too
                     epoch, idx, batch = plan[t]
-                    shapes = tuple(getattr(leaf, "shape", None) for leaf in pytree.tree_leaves(batch))
-                    if padded:  # one group whatever the batch sizes: smaller batches are padded
-                        shapes = tuple(None if s is None else s[1:] for s in shapes)
+                    if gathers:  # an index tensor: the batch's shapes follow from its number of samples
+                        shapes: tuple[Any, ...] = () if padded else (len(batch),)
+                    else:
+                        shapes = tuple(getattr(leaf, "shape", None) for leaf in pytree.tree_leaves(batch))
+                        if padded:  # one group whatever the batch sizes: smaller batches are padded
+                            shapes = tuple(None if s is None else s[1:] for s in shapes)
                     groups.setdefault((epoch, jobs[j].local_epochs, idx, shapes), []).append(j)
                 for (epoch, local_epochs, idx, _), members in groups.items():
                     # self.trainer as a Trainer running each of these jobs alone would read it at this step
