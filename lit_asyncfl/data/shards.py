@@ -100,13 +100,37 @@ class ClientShards:
     def batches(self, client: int, batch_size: int, generator: torch.Generator) -> Iterator[list[Tensor]]:
         """One epoch of ``[inputs, targets]`` batches of a client, shuffled unless ``shuffle=False`` (the last batch
         may be smaller, unless ``drop_last``)."""
+        for chunk in self.batch_indices(client, batch_size, generator):
+            inputs = self.inputs[chunk]
+            yield [inputs if self.transform is None else self.transform(inputs, generator), self.targets[chunk]]
+
+    def batch_indices(self, client: int, batch_size: int, generator: torch.Generator) -> Iterator[Tensor]:
+        """The sample indices of each batch of :meth:`batches` (same draws from ``generator``, made when the first
+        index tensor is asked for; without a ``transform`` these are all its draws): :meth:`gather` of an index
+        tensor is its batch, so many clients' batches can be gathered at once from stacked index tensors.
+
+        Example:
+            >>> shards = ClientShards(torch.arange(6.0).view(6, 1) * 10, torch.arange(6), [np.array([0, 2, 4])])
+            >>> chunks = list(shards.batch_indices(0, batch_size=2, generator=torch.Generator().manual_seed(0)))
+            >>> [c.tolist() for c in chunks]
+            [[4, 0], [2]]
+            >>> shards.gather(torch.stack([chunks[0], chunks[0]]))[1].tolist()
+            [[4, 0], [4, 0]]
+        """
         idx = self.indices[client]
         order = idx[torch.randperm(len(idx), generator=generator).to(self.device)] if self.shuffle else idx
         end = steps_per_epoch(len(order), batch_size, self.drop_last) * batch_size
-        for start in range(0, min(end, len(order)), batch_size):
-            chunk = order[start : start + batch_size]
-            inputs = self.inputs[chunk]
-            yield [inputs if self.transform is None else self.transform(inputs, generator), self.targets[chunk]]
+        yield from order[:end].split(batch_size)  # views, as slices of order (one call for all the batches)
+
+    @property
+    def gathers(self) -> bool:
+        """Whether a batch is :meth:`gather` of its :meth:`batch_indices` (no ``transform`` drawing per batch)."""
+        return self.transform is None
+
+    def gather(self, index: Tensor) -> list[Tensor]:
+        """The ``[inputs, targets]`` batch of the samples ``index`` (any shape: ``[samples]`` gives one client's
+        batch, ``[clients, samples]`` the clients' batches stacked), without ``transform``."""
+        return [self.inputs[index], self.targets[index]]
 
 
 class DatasetShards:

@@ -8,7 +8,7 @@ cohorts (:class:`~lit_asyncfl.executors.CohortExecutor`, still importable from h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,14 @@ from torch import Tensor, nn
 
 from lit_asyncfl.client_callbacks.base import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
-from lit_asyncfl.engines.base import LocalEngine, OneDNN, choose_onednn, generators_kept, parse_optimizers
+from lit_asyncfl.engines.base import (
+    LocalEngine,
+    OneDNN,
+    choose_onednn,
+    generators_kept,
+    in_training_mode,
+    parse_optimizers,
+)
 from lit_asyncfl.engines.cohort_optim import (
     _AdamSettings,
     _BatchedOptimizer,
@@ -224,15 +231,23 @@ class CohortEngine(LocalEngine):
     def _train_many(self, jobs: Sequence[ClientJob], starts: Sequence[Tensor]) -> list[ClientUpdate]:
         if not jobs:
             return []
-        self.module.train()
-        plans = []  # every job's (epoch, batch_idx, batch) list over all its epochs: the fast engine's batches
+        if not in_training_mode(self.module):  # module.train() walks and sets every submodule: 0.1 ms a cohort
+            self.module.train()
+        # Every job's (epoch, batch_idx, batch) list over all its epochs: the fast engine's batches. Where a batch is
+        # the gather of its sample indices (resident shards without a random transform), the plans hold the index
+        # tensors instead, and a step gathers all its jobs' batches at once (_step_group); nothing then draws from
+        # the global generators, so seeding them for the last job alone leaves them as seeding every job in turn.
+        gathers = getattr(self.shards, "gathers", False)
+        epochs = self.shards.batch_indices if gathers else self.shards.batches
+        plans = []
         for job in jobs:
-            generator = self.seed_job(job)  # a dataset's random transforms draw as in the job's own fast run
+            # a dataset's random transforms draw as in the job's own fast run
+            generator = self.job_generator(job) if gathers and job is not jobs[-1] else self.seed_job(job)
             plans.append(
                 [
                     (epoch, i, b)
                     for epoch in range(job.local_epochs)
-                    for i, b in enumerate(self.shards.batches(job.client, self.batch_size, generator))
+                    for i, b in enumerate(epochs(job.client, self.batch_size, generator))
                 ][: job.local_steps]  # a job's own number of steps (FedCompass) cuts its last epoch
             )
         # Rows in order of decreasing number of steps: the jobs still training at any step are the first rows, so a
@@ -252,6 +267,7 @@ class CohortEngine(LocalEngine):
             loss_sums=torch.zeros(len(jobs), dtype=weights.dtype, device=self.device),
             logs=[JobLog() for _ in jobs],
             log_kwargs=self._step_module.log.kwargs,
+            gather=self.shards.gather if gathers else None,
         )
         padded = self.no_padding_because is None
         with self.batched.stand_ins():  # self.log collects into the batched step; self.trainer is set per group
@@ -261,9 +277,12 @@ class CohortEngine(LocalEngine):
                     if t >= len(plan):
                         break  # rows are ordered by number of steps: every later job has finished too
                     epoch, idx, batch = plan[t]
-                    shapes = tuple(getattr(leaf, "shape", None) for leaf in pytree.tree_leaves(batch))
-                    if padded:  # one group whatever the batch sizes: smaller batches are padded
-                        shapes = tuple(None if s is None else s[1:] for s in shapes)
+                    if gathers:  # an index tensor: the batch's shapes follow from its number of samples
+                        shapes: tuple[Any, ...] = () if padded else (len(batch),)
+                    else:
+                        shapes = tuple(getattr(leaf, "shape", None) for leaf in pytree.tree_leaves(batch))
+                        if padded:  # one group whatever the batch sizes: smaller batches are padded
+                            shapes = tuple(None if s is None else s[1:] for s in shapes)
                     groups.setdefault((epoch, jobs[j].local_epochs, idx, shapes), []).append(j)
                 for (epoch, local_epochs, idx, _), members in groups.items():
                     # self.trainer as a Trainer running each of these jobs alone would read it at this step
@@ -291,6 +310,8 @@ class CohortEngine(LocalEngine):
         prefix = members[-1] == k - 1
         optimizer, weights, anchors = self.stacked_optimizer, cohort.weights, cohort.anchors
         batch, sample_weights = self.batched.stack_batches([cohort.plans[j][t][2] for j in members])
+        if cohort.gather is not None:  # the stacked (and padded) index tensors: one gather for all the jobs
+            batch = cohort.gather(batch)
         if prefix:
             w, lr = weights[:k], cohort.lrs[:k, None]
             anchor = None if anchors is None else anchors[:k]
@@ -303,7 +324,7 @@ class CohortEngine(LocalEngine):
                 grads, (loss, logged) = self._step(self.batched.params(w), batch, idx)
             else:
                 grads, (loss, logged) = self._padded_step(self.batched.params(w), batch, sample_weights, idx)
-        g = torch.cat([grads[name].reshape(k, -1) for name in self.batched.names], dim=1)
+        g = self.batched.flat_gradients(grads, k)
         optimizer.penalize(g, w, anchor, cohort.prox)
         optimizer.decay(w, lr)
         if prefix:
@@ -329,7 +350,7 @@ class CohortEngine(LocalEngine):
         optimizer, w = self.stacked_optimizer, cohort.weights[j]  # a view: updated in place
         self.flat.load(w)  # the module's parameters are views of self.flat (no floating buffers under this engine)
         with torch.enable_grad(), OneDNN(self.single_job_onednn):
-            loss, logged = self._step_module(cohort.plans[j][t][2], idx)
+            loss, logged = self._step_module(cohort.batch(j, t), idx)
             grads = torch.autograd.grad(loss, self.flat.params, allow_unused=True, materialize_grads=True)
         g = torch.cat([grad.reshape(-1) for grad in grads])
         optimizer.penalize(g, w, None if cohort.anchors is None else cohort.anchors[j], cohort.prox)
@@ -344,10 +365,11 @@ class CohortEngine(LocalEngine):
 @dataclass
 class _Cohort:
     """What the jobs of one :meth:`CohortEngine.train_many` share while they train, in rows ordered by decreasing
-    number of steps: each job's batches (``plans``: ``(epoch, batch_idx, batch)`` per step), the stacked weights,
-    the proximal anchors (their start weights, ``None`` without FedProx) and coefficients ``prox``, the learning
-    rates, the running loss sums and each job's :class:`~lit_asyncfl.loops.JobLog` (``log_kwargs``: the options each
-    logged name was logged with)."""
+    number of steps: each job's batches (``plans``: ``(epoch, batch_idx, batch)`` per step, where ``batch`` is the
+    batch's sample indices when ``gather`` turns those into the batch), the stacked weights, the proximal anchors
+    (their start weights, ``None`` without FedProx) and coefficients ``prox``, the learning rates, the running loss
+    sums and each job's :class:`~lit_asyncfl.loops.JobLog` (``log_kwargs``: the options each logged name was logged
+    with)."""
 
     plans: list[list[tuple[int, int, Any]]]
     weights: Tensor
@@ -357,10 +379,16 @@ class _Cohort:
     loss_sums: Tensor
     logs: list[JobLog]
     log_kwargs: dict[str, dict[str, Any]]
+    gather: Callable[[Tensor], Any] | None = None
+
+    def batch(self, j: int, t: int) -> Any:
+        """Job ``j``'s batch at its step ``t``."""
+        planned = self.plans[j][t][2]
+        return planned if self.gather is None else self.gather(planned)
 
     def log(self, j: int, t: int, logged: dict[str, Any]) -> None:
         """Hand what job ``j`` logged at its step ``t`` to its own ``JobLog``, which reduces it as under
-        ``engine='fast'``."""
+        ``engine='fast'`` (an index tensor stands for its batch: the batch size it gives is the batch's)."""
         self.logs[j].batch = self.plans[j][t][2]
         for name, value in logged.items():
             self.logs[j].log(name, value, **self.log_kwargs[name])

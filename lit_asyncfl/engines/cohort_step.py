@@ -4,6 +4,7 @@ runs (``self.log`` and ``self.trainer`` stand-ins), and the padding of smaller b
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning as L
@@ -209,14 +210,32 @@ class _BatchedStep:
             offset += n
         return views
 
+    def flat_gradients(self, grads: dict[str, Tensor], rows: int) -> Tensor:
+        """The gradients by name (as :attr:`step` returns them) as one ``[rows, parameters]`` tensor in the order
+        of the flat weights: each copied once into its columns (the channels-last gradients of convolutions, not
+        contiguous, would otherwise be copied twice, by a reshape and a concatenation)."""
+        first = grads[self.names[0]]
+        flat = torch.empty(rows, self.flat.param_numel, dtype=first.dtype, device=first.device)
+        for name, view in self.params(flat).items():
+            view.copy_(grads[name])
+        return flat
+
     def stack_batches(self, batches: list[Any]) -> tuple[Any, Tensor | None]:
         """The jobs' batches stacked into one ``[jobs, samples, ...]`` batch, and the per-sample loss weights
         (``None`` when every batch is full: no padding). A smaller batch is padded with copies of its first sample,
         of weight 0; a real sample of a batch of ``n`` weighs ``1/n``."""
-        sizes = [pytree.tree_leaves(b)[0].shape[0] for b in batches]
+        # Batches that are tensors (e.g. the sample indices of ClientShards.batch_indices) are their own only leaf:
+        # the same as through pytree, without flattening every batch twice (0.025 to 0.017 ms per update of a
+        # FedAsync run with 50 in flight, index plans).
+        tensors = all(type(b) is Tensor for b in batches)
+
+        def each_leaf(combine: Callable[[Sequence[Tensor]], Tensor]) -> Any:
+            return combine(batches) if tensors else pytree.tree_map(lambda *leaves: combine(leaves), *batches)
+
+        sizes = [b.shape[0] for b in batches] if tensors else [pytree.tree_leaves(b)[0].shape[0] for b in batches]
         most = max(sizes)
         if min(sizes) == most:
-            return pytree.tree_map(lambda *leaves: torch.stack(leaves), *batches), None
+            return each_leaf(torch.stack), None
         # Row j of the padded batch reads the samples offset_j .. offset_j + n_j - 1 of the concatenated batches,
         # then the first of them again: one concatenation and one gather per leaf, whatever the number of jobs.
         counts = torch.tensor(sizes, device=self.device)
@@ -226,7 +245,7 @@ class _BatchedStep:
         index = offsets[:, None] + torch.where(real, positions, 0)
         dtype = self.flat.params[0].dtype
         weights = torch.where(real, 1.0 / counts[:, None].to(dtype), 0.0).to(dtype)
-        return pytree.tree_map(lambda *leaves: torch.cat(leaves)[index], *batches), weights
+        return each_leaf(lambda leaves: torch.cat(leaves)[index]), weights
 
     def step_refusal(self, batch: Any, moves_without_gradient: str | None = None) -> str | None:
         """Why ``training_step`` cannot run batched, found by running it once on ``batch`` (on the engine's copy),

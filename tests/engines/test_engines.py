@@ -492,6 +492,26 @@ def test_dropout_under_the_cohort_engine_is_deterministic_with_its_own_masks(sha
     assert not torch.equal(first[0].weights, fast.train(jobs[0], start).weights)
 
 
+@pytest.mark.parametrize("make", [lambda: LeNet5(lr=0.05), PlainDropout], ids=["logging", "dropout"])
+def test_cohort_plans_of_sample_indices_give_the_batches_path_bit_for_bit(make, shards):
+    """Resident shards without a transform plan sample indices, gathered for all the jobs of a step at once, and
+    seed the global generators for the last job only; an (identity) transform makes the cohort take the batches
+    and seed every job in turn, as before: the same weights, losses and logged values, bit for bit (dropout masks,
+    drawn after the seeding, included; unequal shards, so padded steps, and two epochs)."""
+    indices = [i.numpy() for i in shards.indices]
+    drawn = ClientShards(shards.inputs, shards.targets, indices, transform=lambda x, generator: x)
+    assert shards.gathers and not drawn.gathers
+    torch.manual_seed(0)
+    model = make()
+    gathered, batched = CohortTrainer(model, shards, 10), CohortTrainer(model, drawn, 10)
+    start = gathered.flat.read()
+    jobs = [job(c, 2, seed=70 + c) for c in range(6)]
+    assert len({shards.num_samples(c) for c in range(6)}) > 1
+    for a, b in zip(gathered.train_many(jobs, [start] * 6), batched.train_many(jobs, [start] * 6)):
+        assert torch.equal(a.weights, b.weights) and not torch.equal(a.weights, start)
+        assert a.train_loss == b.train_loss and a.metrics == b.metrics and a.num_steps == b.num_steps
+
+
 def test_a_compiled_cohort_equals_the_eager_cohort(shards, monkeypatch):
     """torch.compile of the batched step (Inductor on the CPU): same updates within float32 rounding, for unequal
     shards and two epochs; a cohort of another size reuses the dynamic-shape compilation."""
