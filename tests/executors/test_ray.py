@@ -7,11 +7,13 @@ once. Skipped where Ray is not installed (the ``ray`` extra; CI installs it).
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 
 import pytest
 import torch
+from torch import nn
 
 ray = pytest.importorskip("ray", reason="the Ray executor needs the ray extra: pip install 'lit-asyncfl[ray]'")
 
@@ -23,7 +25,7 @@ from lit_asyncfl.client.ray_executor import RayExecutor  # noqa: E402
 from lit_asyncfl.data import DigitsDataModule  # noqa: E402
 from lit_asyncfl.executors.ray.wire import _Wire  # noqa: E402
 from lit_asyncfl.mobility import MobileEdgeDevices  # noqa: E402
-from lit_asyncfl.models import LeNet5  # noqa: E402
+from lit_asyncfl.models import ClassificationModule, LeNet5  # noqa: E402
 from lit_asyncfl.rl import FixedAction  # noqa: E402
 
 PRESETS = ("fedasync", "fedbuff", "fedavg", "fedhist", "fedadt", "fedasmu", "asfl")
@@ -684,7 +686,7 @@ def test_each_merge_is_computed_once_here_or_on_the_job_worker_with_the_sequenti
     where the job is parked. Every way gives the sequential weights."""
     kwargs = {"max_versions": 20}
     sequential = fit(tmp_path / "seq", merging_fedasmu(), **kwargs)
-    merges = {"here": 0, "on_workers": 0}
+    counts = []
     for i, (executor, declared) in enumerate([
         (RayExecutor(num_workers=2), True),
         (RayExecutor(num_workers=1, train_locally=True), True),
@@ -694,8 +696,37 @@ def test_each_merge_is_computed_once_here_or_on_the_job_worker_with_the_sequenti
         assert torch.equal(global_weights(on_ray), global_weights(sequential))
         stats = on_ray.summary["executor"]
         assert stats["merges_here"] + stats["merges_on_workers"] == 13  # (the requests that found a newer model)
-        if not declared:
-            assert stats["merges_here"] == 0  # (no job parked here without train_locally)
-        merges["here"] += stats["merges_here"]
-        merges["on_workers"] += stats["merges_on_workers"]
-    assert merges["here"] > 0 and merges["on_workers"] > 0
+        counts.append((stats["merges_here"], stats["merges_from_state"], stats["merges_on_workers"]))
+    (here, from_state, on_workers), (here_local, _, _), undeclared = counts
+    # Without train_locally no job is parked here: each merge counted here was computed from a job's state at its
+    # request while its worker was busy, and that run must take both ways (the delicate one: _Merged.apply).
+    assert here == from_state > 0 and on_workers > 0
+    assert here_local > 0  # (jobs parked here, train_locally)
+    assert undeclared == (0, 0, 13)  # (undeclared: every merge where its job is parked, on the workers)
+
+
+class BatchNormCNN(ClassificationModule):
+    """A tiny CNN on digits with BatchNorm2d (``momentum=None``: a cumulative average, which reads
+    ``num_batches_tracked``, so a wrong batch count changes the weights)."""
+
+    def __init__(self, lr: float = 0.05) -> None:
+        super().__init__(num_classes=10, lr=lr)
+        self.net = nn.Sequential(
+            nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4, momentum=None), nn.ReLU(), nn.Flatten(),
+            nn.Linear(4 * 8 * 8, 10),
+        )  # fmt: skip
+
+
+def test_a_merge_computed_here_from_a_job_state_gives_the_sequential_weights_and_batchnorm_counts(tmp_path, cluster):
+    """The merges computed here from a job's state at its request while its worker is busy
+    (:meth:`_JobRunner.learn_merge`), whose effects (weights, BatchNorm running statistics and counts, random
+    state, job info) the worker puts in place before the rest of the job (``_Merged.apply``), give the sequential
+    executor's weights, running statistics and ``num_batches_tracked`` bit for bit."""
+    kwargs = {"max_versions": 12}
+    model = BatchNormCNN()
+    sequential = fit(tmp_path / "seq", merging_fedasmu(), model=copy.deepcopy(model), **kwargs)
+    on_ray = fit(tmp_path / "ray", merging_fedasmu(), RayExecutor(num_workers=2), model=model, **kwargs)
+    assert on_ray.summary["executor"]["merges_from_state"] > 0
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))  # (running statistics included)
+    counts = [run.simulator.server.batches_tracked for run in (on_ray, sequential)]
+    assert counts[1] is not None and torch.equal(counts[0], counts[1])

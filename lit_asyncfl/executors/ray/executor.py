@@ -186,7 +186,9 @@ class RayExecutor(_Requests):
         #: What the last run's executor did: ``jobs_remote`` (trained on workers), ``jobs_local`` (jobs that stay
         #: in this process), ``jobs_trained_locally`` (shipped jobs this process trained, ``train_locally``),
         #: ``jobs_recomputed``, ``worker_restarts``, ``max_results_waiting``, ``merges_here`` and
-        #: ``merges_on_workers`` (where the merges of jobs with a request were computed, each once),
+        #: ``merges_on_workers`` (where the merges of jobs with a request were computed, each once;
+        #: ``merges_from_state``, among ``merges_here``, counts those computed from the state at its request of a
+        #: job parked on a busy worker, whose effects then go to that worker),
         #: ``worker_seconds`` (the workers' time
         #: spent training, summed; divided by wall time and workers it is their utilisation), ``local_seconds``
         #: (this process's: ``train_locally``'s jobs and the merges of parked jobs), ``wait_seconds`` (this
@@ -308,7 +310,7 @@ class RayExecutor(_Requests):
         self._here, self._merge_runner = self._runners(make_trainer, callbacks)
         self.stats = dict.fromkeys(
             ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
-             "max_results_waiting", "merges_here", "merges_on_workers"), 0,
+             "max_results_waiting", "merges_here", "merges_from_state", "merges_on_workers"), 0,
         )  # fmt: skip
         for key in ("worker_seconds", "local_seconds", "wait_seconds", "request_seconds"):
             self.stats[key] = 0.0

@@ -141,11 +141,12 @@ class _Requests(_Placement):
                     learned, merged = self._here.merge(job, fresh), None
                 else:
                     learned, merged = self._merger().learn_merge(job, point, shipped.states, fresh)
-        except Exception as error:  # the merge raised: the job fails at its request
+        except Exception as error:  # the merge raised: the job fails at its request (no merge counted)
             return _Failed(error)
         finally:
             self.stats["local_seconds"] += time.perf_counter() - began
-            self.stats["merges_here"] += fresh is not None
+        self.stats["merges_here"] += fresh is not None
+        self.stats["merges_from_state"] += fresh is not None and worker >= 0
         del self._parked[job_id]
         task = _Shipped([job_id], _rest_due(self._whole, job), 0, [job], [start], shipped.states, part=2, fresh=fresh,
                         merged=merged)  # fmt: skip
