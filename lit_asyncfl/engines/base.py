@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import random
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -23,6 +22,7 @@ from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.core.workspace import ModelWorkspace, _no_log, unseen
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
+from lit_asyncfl.loops.stand_in import JobTrainer
 
 
 def parse_optimizers(config: Any) -> tuple[Optimizer, list[tuple[Any, str]]]:
@@ -256,19 +256,23 @@ ONEDNN_AUTO_MAX_ELEMENTS = 12_000
 ONEDNN_AUTO_MAX_BATCH = 20
 
 
-def largest_conv_input(module: nn.Module, batch: Any) -> torch.Size | None:
+def largest_conv_input(module: nn.Module, batch: Any, trainer: Any = None) -> torch.Size | None:
     """Shape of the largest convolution input when the module's ``training_step`` runs on ``batch``.
 
-    The step runs in evaluation mode without gradients, with the CPU random state restored afterwards, so neither
-    the weights, the buffers nor the random stream change.
+    The step runs on a copy of the module (its state, e.g. a step counter, untouched), in evaluation mode without
+    gradients, ``self.log`` silenced and ``self.trainer`` the stand-in ``trainer``, with the CPU random state
+    restored afterwards (:func:`~lit_asyncfl.core.workspace.unseen`), so neither the weights, the buffers nor the
+    random stream change.
 
     Args:
         module: A ``LightningModule`` (its ``training_step`` is run) or a plain module (called on ``batch[0]``).
         batch: One training batch.
+        trainer: What ``self.trainer`` reads in the step (default: a ``fast`` job's
+            :class:`~lit_asyncfl.loops.JobTrainer` of one epoch of one batch).
 
     Returns:
         The shape (batch dimension first) of the input with the most elements, or ``None`` when the module has
-        no convolution.
+        no convolution or the step raises (what it raises is left to the first job).
 
     Example:
         >>> net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Conv2d(4, 2, 3))
@@ -277,32 +281,35 @@ def largest_conv_input(module: nn.Module, batch: Any) -> torch.Size | None:
         >>> largest_conv_input(nn.Linear(3, 1), [torch.zeros(2, 3)]) is None
         True
     """
-    convs = [m for m in module.modules() if isinstance(m, nn.modules.conv._ConvNd)]
-    if not convs:
+    if not any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules()):
         return None
+    probe = copy.deepcopy(module).eval()
     shapes: list[torch.Size] = []
-    hooks = [m.register_forward_pre_hook(lambda mod, args: shapes.append(args[0].shape)) for m in convs]
-    was_training = module.training
-    module.eval()
+    for m in probe.modules():
+        if isinstance(m, nn.modules.conv._ConvNd):
+            m.register_forward_pre_hook(lambda mod, args: shapes.append(args[0].shape))
+    step = getattr(probe, "training_step", None)
+    if isinstance(probe, L.LightningModule):
+        probe.log = probe.log_dict = _no_log  # type: ignore[method-assign,assignment]
+        probe._trainer = JobTrainer("fast", 1, 1) if trainer is None else trainer
     try:
-        with unseen(), torch.no_grad(), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r".*self\.log\(\)`? but the `self\.trainer` reference.*")
-            step = getattr(module, "training_step", None)
-            step(batch, 0) if step is not None else module(batch[0])
-    finally:
-        for hook in hooks:
-            hook.remove()
-        module.train(was_training)
+        with unseen(), torch.no_grad():
+            step(batch, 0) if step is not None else probe(batch[0])
+    except Exception:  # not this probe's business: the first job raises it
+        return None
     return max(shapes, key=lambda shape: shape.numel(), default=None)
 
 
-def choose_onednn(onednn: bool | None, module: nn.Module, batch: Any, device: torch.device) -> bool | None:
+def choose_onednn(
+    onednn: bool | None, module: nn.Module, batch: Any, device: torch.device, trainer: Any = None
+) -> bool | None:
     """The oneDNN setting for local training: the user's choice, else the automatic one.
 
     Automatic (``onednn=None``): off on the CPU when the module's largest convolution input on ``batch`` has at
-    most :data:`ONEDNN_AUTO_MAX_ELEMENTS` elements and :data:`ONEDNN_AUTO_MAX_BATCH` samples; otherwise left as it
-    is (``None``). The choice depends only on the model and the batch shape, never on timings, so it is the same
-    in every run of a configuration.
+    most :data:`ONEDNN_AUTO_MAX_ELEMENTS` elements and :data:`ONEDNN_AUTO_MAX_BATCH` samples; otherwise (or when
+    ``training_step`` raises on the probe, see :func:`largest_conv_input`, run with ``self.trainer`` the stand-in
+    ``trainer``) left as it is (``None``). The choice depends only on the model and the batch shape, never on
+    timings, so it is the same in every run of a configuration.
 
     Example:
         >>> net = nn.Sequential(nn.Conv2d(1, 4, 3))
@@ -317,7 +324,7 @@ def choose_onednn(onednn: bool | None, module: nn.Module, batch: Any, device: to
     """
     if onednn is not None or device.type != "cpu":
         return onednn
-    largest = largest_conv_input(module, batch)
+    largest = largest_conv_input(module, batch, trainer)
     if largest is not None and largest.numel() <= ONEDNN_AUTO_MAX_ELEMENTS and largest[0] <= ONEDNN_AUTO_MAX_BATCH:
         return False
     return None

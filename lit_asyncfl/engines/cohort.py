@@ -99,8 +99,10 @@ class CohortEngine(LocalEngine):
     The jobs' weights are stacked into one ``[jobs, parameters]`` tensor, in rows ordered by decreasing number of
     local steps; at local step ``t`` every job that still trains (the first rows) is trained in one call of
     ``vmap(functional_call(training_step))`` (its gradient taken by autograd outside ``vmap``; convolutions and
-    max-pooling run channels-last over the jobs, see :mod:`~lit_asyncfl.engines.cohort_kernels`), each on exactly
-    the batch the ``fast`` engine would give it (same generator, same order), whatever the shard sizes:
+    max-pooling run channels-last over the jobs, see :mod:`~lit_asyncfl.engines.cohort_kernels`, unless
+    :attr:`kernels_off_because` says why not; with ``compile=True`` the gradient stays inside ``vmap``, what
+    ``torch.compile`` traces, and nothing is routed), each on exactly the batch the ``fast`` engine would give it
+    (same generator, same order), whatever the shard sizes:
 
     - A smaller batch (a client's last one) is **padded** to the largest batch of the step with copies of its first
       sample whose loss weight is 0: the loss is then ``training_step`` on each sample alone (an inner ``vmap``),
@@ -166,6 +168,10 @@ class CohortEngine(LocalEngine):
             raise ValueError(refusal)
         #: Why smaller batches are not padded (the jobs of a step are then grouped by batch shape), or ``None``.
         self.no_padding_because = self.padding_refusal()
+        batch = self._probe_batch()
+        if batch is not None:  # a module that cannot take the routed kernels' output runs without them from the start
+            with generators_kept(self.device), OneDNN(self.onednn), torch.no_grad():
+                self.batched.probe_kernels(batch, padded=self.no_padding_because is None)
         #: Groups of fewer jobs step one job at a time without ``vmap`` (see :data:`MIN_BATCHED`); a compiled step
         #: batches every group, as before (its cost per call was not measured against plain steps).
         self.min_batched = 1 if compile else MIN_BATCHED
@@ -173,10 +179,19 @@ class CohortEngine(LocalEngine):
         #: (:func:`~lit_asyncfl.engines.choose_onednn`, off for small convolutions: 1.39x faster single-job steps of
         #: LeNet-5 on digits), where the batched steps keep ``onednn`` (its channels-last grouped convolutions).
         self.single_job_onednn = self.onednn
-        batch = self._probe_batch()
-        if batch is not None:
+        if batch is not None:  # probed on a copy, with self.trainer a job's stand-in
             with generators_kept(self.device):
-                self.single_job_onednn = choose_onednn(self.onednn, self.module, batch, self.device)
+                self.single_job_onednn = choose_onednn(self.onednn, self.module, batch, self.device, CohortJobTrainer())
+
+    @property
+    def kernels_off_because(self) -> str | None:
+        """Why the batched steps do not route convolutions and max-pooling channels-last over the jobs
+        (:class:`~lit_asyncfl.engines.BatchedKernels`), or ``None`` while they do: ``compile=True``, or
+        ``training_step`` raised on the routed output (e.g. ``x.view(x.size(0), -1)`` after a convolution, found
+        at construction by one batched step of 2 jobs on the largest client's first batch, or at the first step
+        that raised, which is redone without them). Such a module trains with ``vmap``'s own kernels: the same
+        results, within float32 rounding."""
+        return self.batched.kernels_off_because
 
     def _probe_batch(self) -> Any:
         """The largest client's first batch (in the order of a generator seeded 0), or ``None`` without data."""

@@ -114,7 +114,9 @@ class BatchedKernels(TorchFunctionMode):
     layer cost more than the kernels gained (ResNet-20 with GroupNorm, 10 jobs: 1.6x slower than without routing;
     LeNet-5 and the convolutions of :class:`~lit_asyncfl.models.SimpleCNN` are routed). Only ``vmap`` may be on
     functorch's stack (the step takes the gradient outside ``vmap``, with ordinary autograd): under ``grad`` nothing
-    is routed. :attr:`routed` counts the routed calls by name (``"conv2d"``, ``"max_pool2d"``).
+    is routed. :attr:`routed` counts the routed calls by name (``"conv2d"``, ``"max_pool2d"``). A routed output is a
+    view of a channels-last tensor, not contiguous: code that views it flat (``x.view(x.size(0), -1)``) raises, and
+    the cohort engine then runs that module without these kernels (``CohortEngine.kernels_off_because``).
 
     Example:
         >>> import torch, torch.nn.functional as F

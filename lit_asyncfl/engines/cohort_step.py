@@ -1,9 +1,11 @@
 """The cohort engine's batched training step: the module's ``training_step`` run on many jobs' weights in one
-``vmap(functional_call(...))`` call whose gradient autograd takes outside ``vmap``, what the module sees while it
-runs (``self.log`` and ``self.trainer`` stand-ins), and the padding of smaller batches with its exactness probe."""
+``vmap(functional_call(...))`` call whose gradient autograd takes outside ``vmap`` (inside it when compiled), what
+the module sees while it runs (``self.log`` and ``self.trainer`` stand-ins), and the padding of smaller batches with
+its exactness probe."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -143,6 +145,10 @@ class _BatchedStep:
             metric.update = metric.forward = _refuse_metric  # type: ignore[method-assign]
         #: The convolutions and max-poolings routed channels-last over the stacked jobs (its ``routed`` counts them).
         self.kernels = BatchedKernels()
+        #: Why the batched steps run without :attr:`kernels` (``vmap``'s own rules), or ``None`` while they route.
+        self.kernels_off_because: str | None = (
+            "compile=True: the gradient is taken inside vmap, where nothing is routed" if compile else None
+        )
         if compile:  # what torch.compile traces: the gradient inside vmap
             self.step = torch.compile(
                 vmap(grad_and_value(self.loss, has_aux=True), in_dims=(0, 0, None), randomness="different"),
@@ -161,12 +167,17 @@ class _BatchedStep:
         forward under ``vmap`` with the routed kernels (:class:`~lit_asyncfl.engines.cohort_kernels.BatchedKernels`),
         recorded by ordinary autograd, and the gradient of the sum of the jobs' losses, whose part in a job's
         weights is that job's gradient (the jobs do not interact). Returns what ``vmap(grad_and_value(...,
-        has_aux=True))`` would: the gradients by name, and the losses and logged values, detached."""
+        has_aux=True))`` would: the gradients by name, and the losses and logged values, detached.
 
-        def step(params: dict[str, Tensor], *args: Any) -> tuple[dict[str, Tensor], tuple[Tensor, dict[str, Tensor]]]:
+        The routed kernels hand ``vmap`` views of channels-last tensors, which some user code cannot take (e.g.
+        ``x.view(x.size(0), -1)`` after a convolution or pooling: not contiguous). Where a routed step raises, it is
+        redone without them (the random generator rewound: the same draws), and the engine runs unrouted from then on,
+        :attr:`kernels_off_because` saying why; an error the unrouted step raises too surfaces as it is."""
+
+        def run(params: dict[str, Tensor], args: tuple[Any, ...], kernels: Any) -> Any:
             leaves = {name: p.detach().requires_grad_() for name, p in params.items()}
             with torch.enable_grad():
-                with self.kernels:
+                with kernels:
                     loss, logged = batched(leaves, *args)
                 inputs = list(leaves.values())
                 grads = (
@@ -176,7 +187,47 @@ class _BatchedStep:
                 )
             return dict(zip(leaves, grads)), (loss.detach(), {name: v.detach() for name, v in logged.items()})
 
+        def step(params: dict[str, Tensor], *args: Any) -> tuple[dict[str, Tensor], tuple[Tensor, dict[str, Tensor]]]:
+            if self.kernels_off_because is not None:
+                return run(params, args, contextlib.nullcontext())
+            rng, routed = torch.random.get_rng_state(), self.kernels.routed.copy()
+            try:
+                return run(params, args, self.kernels)
+            except Exception as error:
+                torch.random.set_rng_state(rng)
+                self.kernels.routed = routed  # the calls of the steps taken
+                result = run(params, args, contextlib.nullcontext())  # what raises here too is the module's own
+                self.kernels_off_because = (
+                    f"training_step raised {type(error).__name__} on the routed channels-last kernels' output "
+                    f"(it runs without them): {error}"
+                )
+                return result
+
         return step
+
+    def probe_kernels(self, batch: Any, padded: bool) -> None:
+        """Run one batched step of 2 jobs on ``batch`` (a first batch of the largest client; with ``padded``, also a
+        padded step of it and itself less one sample) at the start weights, so that a ``training_step`` that fails on
+        the routed kernels' output runs without them from the start (:attr:`kernels_off_because`) rather than from
+        the step where it first fails. What else it raises is left to the first job, as without the probe."""
+        if self.kernels_off_because is not None:
+            return
+        w = self.flat.read().detach()
+        params = self.params(torch.stack([w, w]))
+        leaves = pytree.tree_leaves(batch)
+        n = leaves[0].shape[0] if leaves and isinstance(leaves[0], Tensor) and leaves[0].dim() else 0
+        pairs = [[batch, batch]]
+        if padded and n > 1:
+            pairs.append([batch, pytree.tree_map(lambda leaf: leaf[: n - 1], batch)])
+        try:
+            with self.stand_ins(CohortJobTrainer()):
+                for pair in pairs:
+                    stacked, weights = self.stack_batches(pair)
+                    self.step(params, stacked, 0) if weights is None else self.padded_step(params, stacked, weights, 0)
+        except Exception:  # not this probe's business: the first job raises it, as without the probe
+            pass
+        finally:
+            self.kernels.routed.clear()  # counts the jobs' calls only
 
     def stand_ins(self, trainer: CohortJobTrainer | None = None) -> _StandIns:
         """A context in which the module's ``self.log`` collects into this step and ``self.trainer`` is

@@ -12,7 +12,6 @@ import torch
 
 from lit_asyncfl.checks import check, check_int
 from lit_asyncfl.client_callbacks.base import ClientCallback
-from lit_asyncfl.core.workspace import ModelWorkspace
 from lit_asyncfl.data.shards import ClientShards, DatasetShards
 from lit_asyncfl.engines.base import LocalEngine, choose_onednn
 from lit_asyncfl.engines.cohort import CohortEngine
@@ -141,8 +140,7 @@ def build_executor(
     if onednn is None and device.type == "cpu" and engine != "cohort":  # a cohort's batched convolutions are large
         batch = _probe_batch(shards, batch_size)
         if batch is not None:
-            workspace = ModelWorkspace(module, device)  # a silenced copy: the probe leaves the engine untouched
-            onednn = choose_onednn(None, workspace.module, batch, device)
+            onednn = choose_onednn(None, module, batch, device)  # on a copy, self.trainer a fast job's stand-in
     if compile_cohort and engine != "cohort":
         raise ValueError(f"compile_cohort=True needs engine='cohort', got engine={engine!r}")
     make = functools.partial(make_local_trainer, engine, module, shards, batch_size, callbacks, onednn, compile_cohort)

@@ -239,6 +239,46 @@ def test_onednn_is_switched_off_only_for_small_convolutions_unless_the_user_choo
     assert choose_onednn(None, DropoutNet(), [torch.zeros(10, 64)], cpu) is None
 
 
+class EpochCountingLeNet(LeNet5):
+    """Reads ``self.trainer.current_epoch`` in ``training_step`` (which a job's stand-in offers) and counts its steps
+    in its own state."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.steps = 0
+
+    def training_step(self, batch, batch_idx):
+        self.steps += 1
+        return super().training_step(batch, batch_idx) * (1.0 + 0.0 * self.trainer.current_epoch)
+
+
+class Raises(LeNet5):
+    def training_step(self, batch, batch_idx):
+        raise RuntimeError("the module's own error")
+
+
+def test_the_onednn_probe_runs_on_a_copy_with_a_stand_in_trainer_and_falls_back_when_the_step_raises(shards):
+    cpu = torch.device("cpu")
+    batch = [torch.zeros(10, 1, 8, 8), torch.zeros(10, dtype=torch.long)]
+    model = EpochCountingLeNet()
+    assert choose_onednn(None, model, batch, cpu) is False  # as LeNet5's: small convolutions
+    assert model.steps == 0 and model._trainer is None  # the module itself untouched
+    assert choose_onednn(None, Raises(), batch, cpu) is None  # the automatic default: left as it is
+    assert choose_onednn(False, Raises(), batch, cpu) is False  # the user's choice, not probed
+    # Both engines build (the probe at construction) and the fast engine's module counts exactly its job's steps.
+    fast = build_executor("fast", EpochCountingLeNet(), shards, 10).trainer
+    assert fast.onednn is False and fast.module.steps == 0
+    update = fast.train(job(0, 2), fast.flat.read())
+    assert fast.module.steps == update.num_steps == 2 * -(-shards.num_samples(0) // 10)
+    assert build_executor("cohort", EpochCountingLeNet(lr=0.05), shards, 10).trainer.single_job_onednn is False
+
+
+@pytest.mark.parametrize("engine", ["fast", "cohort"])
+def test_a_training_step_reading_the_trainers_epoch_fits(engine, tmp_path):
+    trainer = run(tmp_path, FedAsync(concurrency=4), model=EpochCountingLeNet(lr=0.05), max_versions=2, engine=engine)
+    assert trainer.summary["versions"] == 2 and trainer.history[-1]["version"] == 2
+
+
 class RecordsKernel(LeNet5):
     def training_step(self, batch, batch_idx):
         self.flags = [*getattr(self, "flags", []), torch.backends.mkldnn.enabled]
