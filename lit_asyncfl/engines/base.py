@@ -13,6 +13,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 from torch import Tensor, nn
 from torch.optim import Optimizer
 from torchmetrics import Metric
@@ -259,10 +260,10 @@ ONEDNN_AUTO_MAX_BATCH = 20
 def largest_conv_input(module: nn.Module, batch: Any, trainer: Any = None) -> torch.Size | None:
     """Shape of the largest convolution input when the module's ``training_step`` runs on ``batch``.
 
-    The step runs on a copy of the module (its state, e.g. a step counter, untouched), in evaluation mode without
-    gradients, ``self.log`` silenced and ``self.trainer`` the stand-in ``trainer``, with the CPU random state
-    restored afterwards (:func:`~lit_asyncfl.core.workspace.unseen`), so neither the weights, the buffers nor the
-    random stream change.
+    The step runs on a copy of the module on the batch's device (its state, e.g. a step counter, untouched), in
+    evaluation mode without gradients, ``self.log`` silenced and ``self.trainer`` the stand-in ``trainer``, with
+    the CPU random state restored afterwards (:func:`~lit_asyncfl.core.workspace.unseen`), so neither the weights,
+    the buffers nor the random stream change.
 
     Args:
         module: A ``LightningModule`` (its ``training_step`` is run) or a plain module (called on ``batch[0]``).
@@ -283,7 +284,8 @@ def largest_conv_input(module: nn.Module, batch: Any, trainer: Any = None) -> to
     """
     if not any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules()):
         return None
-    probe = copy.deepcopy(module).eval()
+    leaves = [leaf for leaf in pytree.tree_leaves(batch) if isinstance(leaf, torch.Tensor)]
+    probe = copy.deepcopy(module).to(leaves[0].device if leaves else "cpu").eval()  # where the batch is
     shapes: list[torch.Size] = []
     for m in probe.modules():
         if isinstance(m, nn.modules.conv._ConvNd):

@@ -6,6 +6,7 @@ its exactness probe."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,8 +18,11 @@ from torch.func import functional_call, grad_and_value, vmap
 from torchmetrics import Metric
 
 from lit_asyncfl.core.flat import FlatParameters
+from lit_asyncfl.engines.base import generator_state, restore_generators
 from lit_asyncfl.engines.cohort_kernels import BatchedKernels
 from lit_asyncfl.loops.stand_in import JobTrainer
+
+log = logging.getLogger("lit_asyncfl")
 
 #: The refusal of a torchmetrics object updated in ``training_step`` (checked at fit start, see
 #: :meth:`~lit_asyncfl.engines.CohortEngine.step_refusal`).
@@ -147,7 +151,11 @@ class _BatchedStep:
         self.kernels = BatchedKernels()
         #: Why the batched steps run without :attr:`kernels` (``vmap``'s own rules), or ``None`` while they route.
         self.kernels_off_because: str | None = (
-            "compile=True: the gradient is taken inside vmap, where nothing is routed" if compile else None
+            "compile=True: the gradient is taken inside vmap, where nothing is routed"
+            if compile
+            else f"the kernels route CPU tensors only (device {device.type!r})"
+            if device.type != "cpu"
+            else None
         )
         if compile:  # what torch.compile traces: the gradient inside vmap
             self.step = torch.compile(
@@ -190,18 +198,24 @@ class _BatchedStep:
         def step(params: dict[str, Tensor], *args: Any) -> tuple[dict[str, Tensor], tuple[Tensor, dict[str, Tensor]]]:
             if self.kernels_off_because is not None:
                 return run(params, args, contextlib.nullcontext())
-            rng, routed = torch.random.get_rng_state(), self.kernels.routed.copy()
+            state, routed = generator_state(self.device), self.kernels.routed.copy()
             try:
                 return run(params, args, self.kernels)
+            except (MemoryError, torch.OutOfMemoryError):
+                raise  # not the kernels' layout: running again would not help
             except Exception as error:
-                torch.random.set_rng_state(rng)
-                self.kernels.routed = routed  # the calls of the steps taken
-                result = run(params, args, contextlib.nullcontext())  # what raises here too is the module's own
-                self.kernels_off_because = (
-                    f"training_step raised {type(error).__name__} on the routed channels-last kernels' output "
-                    f"(it runs without them): {error}"
-                )
-                return result
+                reason = f"{type(error).__name__}: {error}"  # (redone below, outside the handler: its frames freed)
+            restore_generators(self.device, state)  # the same draws as the routed attempt's
+            self.kernels.routed = routed  # the calls of the steps taken
+            result = run(params, args, contextlib.nullcontext())  # what raises here too is the module's own
+            self.kernels_off_because = (
+                f"training_step raised {reason} on the routed channels-last kernels' output (it runs without them; "
+                "e.g. x.view(x.size(0), -1) after a convolution or pooling: x.flatten(1) or x.reshape takes them)"
+            )
+            log.warning(
+                "lit_asyncfl: engine='cohort' runs without its channels-last kernels: %s", self.kernels_off_because
+            )
+            return result
 
         return step
 

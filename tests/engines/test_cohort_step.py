@@ -5,6 +5,7 @@ silently losing its jobs)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -57,9 +58,14 @@ def train_both(model, shards):
     return cohort, updates
 
 
-def test_a_view_flatten_is_found_at_construction_and_trains_unrouted_like_fast(shards):
+def test_a_view_flatten_is_found_at_construction_and_trains_unrouted_like_fast(shards, caplog):
     torch.manual_seed(0)
-    cohort, _ = train_both(ViewLeNet(lr=0.05).double(), shards)
+    model = ViewLeNet(lr=0.05).double()
+    built = CohortEngine(model, shards, 10)  # the probe finds it before any job
+    assert "RuntimeError" in built.kernels_off_because and "view" in built.kernels_off_because
+    assert not built.batched.kernels.routed
+    assert "runs without its channels-last kernels" in caplog.text  # said, not only kept in an attribute
+    cohort, _ = train_both(model, shards)
     assert cohort.no_padding_because is None  # padded steps, the probe's second case
     assert "RuntimeError" in cohort.kernels_off_because and "view" in cohort.kernels_off_because
     assert not cohort.batched.kernels.routed  # nothing routed, the probe's calls included
@@ -101,3 +107,33 @@ def test_an_error_of_the_module_itself_surfaces_and_routing_stays_on(shards):
 def test_routing_is_on_for_lenet_and_the_probe_leaves_no_count(shards):
     cohort = CohortEngine(LeNet5(lr=0.05).double(), shards, 10)
     assert cohort.kernels_off_because is None and not cohort.batched.kernels.routed
+
+
+class NoisyViewLeNet(ViewLeNet):
+    """``ViewLeNet`` whose loss is scaled by a NumPy draw: a redone step must draw what it would have drawn."""
+
+    def training_step(self, batch, batch_idx):
+        scale = 1.0 + 0.1 * float(np.random.rand())  # drawn before the forward that raises on the routed output
+        return super().training_step(batch, batch_idx) * scale
+
+
+def test_a_redone_step_draws_what_a_step_without_the_kernels_draws(shards):
+    """The redo rewinds every global generator a step draws from (torch's, Python's and NumPy's): a run whose
+    first routed step raises gives bit for bit the weights of a run without the kernels from the start."""
+    torch.manual_seed(0)
+    model = NoisyViewLeNet(lr=0.05).double()
+    model.view_flatten = False
+    jobs = [ClientJob(c, c, 0, 0.0, JobTiming(0, 0, 0), 20 + c, 1) for c in range(6)]
+    results = []
+    for kernels_off in (False, True):
+        cohort = CohortEngine(model, shards, 10)
+        assert cohort.kernels_off_because is None
+        if kernels_off:
+            cohort.batched.kernels_off_because = "off from the start (the reference)"
+        cohort.min_batched, cohort.module.view_flatten = 1, True
+        start = cohort.flat.read()
+        results.append([u.weights for u in cohort.train_many(jobs, [start] * len(jobs))])
+        if not kernels_off:
+            assert "view" in cohort.kernels_off_because  # the first routed step raised and was redone
+    for redone, reference in zip(*results):
+        assert torch.equal(redone, reference)
