@@ -96,7 +96,6 @@ class _Placement:
     _here: Any
     _parked: dict[int, tuple[int, Any]]
     _merged: dict[int, list[Any]]
-    _worker_device: str
     _points: dict[int, Any]
     _whole: bool
     #: seconds and local steps trained on the workers, and here (``train_locally``): their pace

@@ -114,8 +114,7 @@ class _Requests(_Placement):
         if fresh is not None:  # (the server's weights change in place after this event; a recomputation needs them)
             fresh = (fresh[0].clone(), fresh[1])
         if shipped.ref is None and job_id not in self._parked and shipped.part == 1:  # not placed yet
-            self._waiting = [entry for entry in self._waiting if entry[2] is not shipped]
-            heapq.heapify(self._waiting)
+            self._take(shipped)
             shipped.part, shipped.fresh, shipped.from_start = 3, fresh, True
             heapq.heappush(self._waiting, (-math.inf, next(self._order), shipped))  # needed now: first
             return self._collect(job_id, merged=True)
