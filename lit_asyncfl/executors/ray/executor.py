@@ -200,8 +200,12 @@ class RayExecutor(_Requests):
         #: ``worker_seconds`` (the workers' time
         #: spent training, summed; divided by wall time and workers it is their utilisation), ``local_seconds``
         #: (this process's: ``train_locally``'s jobs and the merges of parked jobs), ``wait_seconds`` (this
-        #: process's time waiting for a worker's result) and ``request_seconds`` (its time at request events, until
-        #: the merge's learning is known: waiting or computing), reported in the run summary.
+        #: process's time waiting for a worker's result), ``request_seconds`` (its time at request events, until
+        #: the merge's learning is known: waiting or computing), and the CPU time of the trainers' tasks and the local
+        #: steps they trained: ``worker_cpu_seconds`` and ``worker_steps`` (the workers' tasks), ``local_cpu_seconds``
+        #: and ``local_steps`` (the tasks this process trained, ``train_locally``): CPU seconds per step, compared
+        #: with a sequential run's, say how much slower a step computes beside the other trainers (what the cores
+        #: share), apart from the time another process held the core; reported in the run summary.
         self.stats: dict[str, float] = {}
         self._ray: Any = None
         self._workers: list[Any] = []
@@ -322,8 +326,10 @@ class RayExecutor(_Requests):
             ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
              "max_results_waiting", "merges_here", "merges_from_state", "merges_on_workers"), 0,
         )  # fmt: skip
-        for key in ("worker_seconds", "local_seconds", "wait_seconds", "request_seconds"):
-            self.stats[key] = 0.0
+        self.stats.update(dict.fromkeys(
+            ("worker_seconds", "local_seconds", "wait_seconds", "request_seconds", "worker_cpu_seconds",
+             "local_cpu_seconds", "worker_steps", "local_steps"), 0.0,
+        ))  # fmt: skip
         return self
 
     def _free_idle(self, ray: Any, new: int) -> None:
