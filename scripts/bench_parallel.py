@@ -28,8 +28,12 @@ For each Ray run it prints where the trainers' time went: the run's fixed costs 
 last update: building the run, the final evaluation and plots, when nothing can train in parallel), this process's
 time waiting for a worker's result, its other work per update (simulation, evaluations during the run, shipping,
 receiving), the trainers' busy share of the rest, the workers' alone, and how long a job trained on a worker and
-here on average. The last lines are machine-readable, one per heavy workload (``heavy-fedasmu`` last):
-``speedup=<Ray / sequential updates per second, median> limit=<this machine's limit> efficiency=<speedup / limit>
+here on average; and a local step's CPU time (each trainer thread's own, so that waiting for a core does not
+count) sequentially and on Ray, with the CPU time Ray's processes used per update besides training (raylet, GCS,
+agents, the workers' task handling, idle workers). After the limit (below) it prints how much more CPU time a step
+took in the raw loops at once and in the Ray runs (``train_locally``): the part of the gap to the limit that is the
+jobs computing slower side by side. The last lines are machine-readable, one per heavy workload (``heavy-fedasmu``
+last): ``speedup=<Ray / sequential updates per second, median> limit=<this machine's limit> efficiency=<speedup / limit>
 weights identical`` (or ``weights differ``), for the first Ray configuration (``train_locally``; with GPU workers,
 the other one). The limit is measured in the same run: ``--workers`` raw PyTorch loops of the heavy workload's
 SGD step at once against one (the median of three alternating measurements).
@@ -417,9 +421,14 @@ def main() -> None:
                         else ""
                     )
                     + f" ({cpu_step / seq_step - 1:+.0%}: computing beside the other trainers, not counting waits for "
-                    f"a core); from the first job on, Ray's processes besides training used "
-                    f"{(stats['ray_cpu_seconds'] - stats['worker_cpu_seconds']) / max(ray_updates, 1) * 1e3:.1f} ms "
-                    "of CPU per update (raylet, GCS, agents, the workers' task handling, idle workers)"
+                    "a core)"
+                    + (
+                        "; from the first job on, Ray's processes besides training used "
+                        f"{(stats['ray_cpu_seconds'] - stats['worker_cpu_seconds']) / max(ray_updates, 1) * 1e3:.1f} "
+                        "ms of CPU per update (raylet, GCS, agents, the workers' task handling, idle workers)"
+                        if stats["ray_cpu_seconds"] > 0  # (0: not readable here)
+                        else ""
+                    )
                 )
                 if stats.get("request_seconds"):  # (jobs with a request: FedASMU)
                     print(
