@@ -28,8 +28,12 @@ For each Ray run it prints where the trainers' time went: the run's fixed costs 
 last update: building the run, the final evaluation and plots, when nothing can train in parallel), this process's
 time waiting for a worker's result, its other work per update (simulation, evaluations during the run, shipping,
 receiving), the trainers' busy share of the rest, the workers' alone, and how long a job trained on a worker and
-here on average. The last lines are machine-readable, one per heavy workload (``heavy-fedasmu`` last):
-``speedup=<Ray / sequential updates per second, median> limit=<this machine's limit> efficiency=<speedup / limit>
+here on average; and a local step's CPU time (each trainer thread's own, so that waiting for a core does not
+count) sequentially and on Ray, with the CPU time Ray's processes used per update besides training (raylet, GCS,
+agents, the workers' task handling, idle workers). After the limit (below) it prints how much more CPU time a step
+took in the raw loops at once and in the Ray runs (``train_locally``): the part of the gap to the limit that is the
+jobs computing slower side by side. The last lines are machine-readable, one per heavy workload (``heavy-fedasmu``
+last): ``speedup=<Ray / sequential updates per second, median> limit=<this machine's limit> efficiency=<speedup / limit>
 weights identical`` (or ``weights differ``), for the first Ray configuration (``train_locally``; with GPU workers,
 the other one). The limit is measured in the same run: ``--workers`` raw PyTorch loops of the heavy workload's
 SGD step at once against one (the median of three alternating measurements).
@@ -38,6 +42,7 @@ SGD step at once against one (the median of three alternating measurements).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 import time
@@ -100,6 +105,8 @@ class Trace:
     def __init__(self) -> None:
         self.calls: list[tuple[str, int, float, float]] = []  # (call, job id, arrival time, seconds)
         self._since = time.perf_counter()
+        self.cpu_seconds = 0.0  # this thread's CPU time in the calls that train jobs, and their local steps
+        self.steps = 0
 
     def __enter__(self) -> Trace:
         from lit_asyncfl.client.sequential import SequentialExecutor
@@ -124,13 +131,18 @@ class Trace:
         def traced_result(executor: Any, job_id: int, fresh: Any = None) -> Any:
             requested = job_id in executor._after  # (trained at its request event: nothing to train now)
             trace.calls.append(("driver", -1, 0.0, between()))
+            cpu = time.thread_time()
             update = result(executor, job_id, fresh)
+            trace.cpu_seconds += time.thread_time() - cpu
+            trace.steps += update.num_steps
             trace.calls.append(("driver" if requested else "result", job_id, 0.0, between()))
             return update
 
         def traced_request(executor: Any, job_id: int, fresh: Any) -> None:  # (a whole job, as a result)
             trace.calls.append(("driver", -1, 0.0, between()))
+            cpu = time.thread_time()
             request(executor, job_id, fresh)
+            trace.cpu_seconds += time.thread_time() - cpu
             trace.calls.append(("result", job_id, 0.0, between()))
 
         def traced_cancel(executor: Any, job_id: int) -> None:
@@ -195,40 +207,71 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(10, 3, 32, 32), torch.randint(0, 10, (10,))
 for step in range(20 + {steps}):
     if step == 20:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
     optimizer.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     optimizer.step()
-print(time.perf_counter() - start)
+print(time.perf_counter() - start, time.thread_time() - cpu)
 """
 
 
-def machine_scaling(processes: int, steps: int = 400, repeats: int = 3) -> float:
+def machine_scaling(processes: int, steps: int = 400, repeats: int = 3) -> tuple[float, float]:
     """This machine's own limit for ``processes`` parallel trainings: the heavy workload's SGD step in a raw PyTorch
     loop, one thread, run alone and then in ``processes`` processes at once (all at this process's priority, as the
     Ray workers since they run at their node's); returns their summed throughput over the lone one's (``processes``
     on ideal cores; less where the cores share caches, memory bandwidth or a host), the median of ``repeats``
-    alternating measurements (one pair alone read 1.52x and 1.93x on the same quiet VM the same day)."""
+    alternating measurements (one pair alone read 1.52x and 1.93x on the same quiet VM the same day); and how much
+    more CPU time a step took in the loops at once than in the lone one (the median ratio, minus one: what sharing
+    the machine costs a step's computation itself, apart from waiting for a core)."""
     import subprocess
     import sys
 
     def launch() -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-c", RAW_LOOP.format(steps=steps)], stdout=subprocess.PIPE, text=True)
 
-    ratios = []
+    ratios, slower = [], []
     for _ in range(repeats):
-        alone = float(launch().communicate()[0])
+        alone, alone_cpu = map(float, launch().communicate()[0].split())
         together = [launch() for _ in range(processes)]
-        seconds = [float(p.communicate()[0]) for p in together]
-        ratios.append(sum(alone / s for s in seconds))
-    return statistics.median(ratios)
+        measured = [tuple(map(float, p.communicate()[0].split())) for p in together]
+        ratios.append(sum(alone / wall for wall, _ in measured))
+        slower.append(statistics.mean(cpu for _, cpu in measured) / alone_cpu - 1)
+    return statistics.median(ratios), statistics.median(slower)
+
+
+def ray_cpu_seconds() -> float:
+    """CPU seconds used so far by the Ray node this process started (raylet, GCS, agents) and every process they
+    started (the workers, idle ones included); 0 where ``/proc`` cannot be read (not Linux)."""
+    import os
+
+    import ray
+
+    try:
+        node = ray._private.worker._global_node
+        pids = {info.process.pid for infos in node.all_processes.values() for info in infos}
+        parents, tick = {}, os.sysconf("SC_CLK_TCK")
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                    parents[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    except (AttributeError, OSError):
+        return 0.0
+    grown = True
+    while grown:  # the descendants
+        more = {pid for pid, (parent, _) in parents.items() if parent in pids} - pids
+        pids |= more
+        grown = bool(more)
+    return sum(parents[pid][1] for pid in pids if pid in parents)
 
 
 class Span:
-    """When the run's first job was submitted and its last update received (outside: the run's fixed costs)."""
+    """When the run's first job was submitted and its last update received (outside: the run's fixed costs), and the
+    Ray node's CPU seconds at the first submit (:func:`ray_cpu_seconds`: after the workers built the run's engine)."""
 
     def __init__(self) -> None:
         self.first = self.last = None
+        self.ray_cpu = 0.0
 
     def __enter__(self) -> Span:
         self._saved = RayExecutor.submit, RayExecutor.result
@@ -236,7 +279,9 @@ class Span:
         span = self
 
         def timed_submit(executor: Any, job: Any, start: Any) -> None:
-            span.first = span.first or time.perf_counter()
+            if span.first is None:
+                span.ray_cpu = ray_cpu_seconds()
+                span.first = time.perf_counter()
             submit(executor, job, start)
 
         def timed_result(executor: Any, job_id: int, fresh: Any = None) -> Any:
@@ -269,6 +314,7 @@ def fit(name: str, versions: int, executor: Any) -> tuple[float, int, torch.Tens
     stats = dict(trainer.summary.get("executor", {}))
     if span.first is not None:
         stats["fixed_seconds"] = (span.first - start) + (end - span.last)
+        stats["ray_cpu_seconds"] = ray_cpu_seconds() - span.ray_cpu  # (from the first job; its training included)
     return end - start, trainer.summary["updates_received"], weights, stats
 
 
@@ -313,6 +359,7 @@ def main() -> None:
         args.workload, (args.workload,)
     )
     results: dict[str, tuple[list[float], bool]] = {}
+    steps: dict[str, list[float]] = {name: [] for name in names}  # a step's extra CPU time on Ray (train_locally)
     for name in names:
         versions = args.digits_versions if name == "digits" else args.versions
         for repeat in range(args.repeats):  # sequential and Ray alternate: the machine's drift hits both alike
@@ -359,6 +406,30 @@ def main() -> None:
                     + (f", {stats['local_seconds'] / here * 1e3:.0f} ms here ({here} jobs)" if here else "")
                     + " on average"
                 )
+                cpu_step = (stats["worker_cpu_seconds"] + stats["local_cpu_seconds"]) / max(
+                    stats["worker_steps"] + stats["local_steps"], 1
+                )
+                seq_step = trace.cpu_seconds / max(trace.steps, 1)
+                if index == 0:
+                    steps[name].append(cpu_step / seq_step - 1)
+                print(
+                    f"    CPU time per local step: sequential {seq_step * 1e3:.2f} ms; Ray "
+                    f"{stats['worker_cpu_seconds'] / max(stats['worker_steps'], 1) * 1e3:.2f} ms on the workers"
+                    + (
+                        f", {stats['local_cpu_seconds'] / stats['local_steps'] * 1e3:.2f} ms here"
+                        if stats["local_steps"]
+                        else ""
+                    )
+                    + f" ({cpu_step / seq_step - 1:+.0%}: computing beside the other trainers, not counting waits for "
+                    "a core)"
+                    + (
+                        "; from the first job on, Ray's processes besides training used "
+                        f"{(stats['ray_cpu_seconds'] - stats['worker_cpu_seconds']) / max(ray_updates, 1) * 1e3:.1f} "
+                        "ms of CPU per update (raylet, GCS, agents, the workers' task handling, idle workers)"
+                        if stats["ray_cpu_seconds"] > 0  # (0: not readable here)
+                        else ""
+                    )
+                )
                 if stats.get("request_seconds"):  # (jobs with a request: FedASMU)
                     print(
                         f"    at request events this process waited (or trained) {stats['request_seconds']:.1f}s in "
@@ -369,11 +440,18 @@ def main() -> None:
         print(f"{name}, {next(iter(configurations))}: {listed}; median {statistics.median(ratios):.2f}x")
     release_workers()
     ray.shutdown()
-    limit = machine_scaling(args.workers)
+    limit, slower = machine_scaling(args.workers)
     print(
         f"this machine's own limit: {args.workers} raw PyTorch loops of the heavy workload's step at once train "
-        f"{limit:.2f}x one loop's steps per second (median of 3 alternating measurements)"
+        f"{limit:.2f}x one loop's steps per second (median of 3 alternating measurements); a step took {slower:+.0%} "
+        "CPU time in the loops at once"
     )
+    for name in names:
+        print(
+            f"a local step of {name} took {statistics.median(steps[name]):+.0%} CPU time on Ray "
+            f"({next(iter(configurations))}) against sequentially (median): beside the limit's {slower:+.0%}, what "
+            "training at once costs the jobs themselves"
+        )
     for name in names:  # (heavy-fedasmu last, with the default workloads)
         if name == "digits" and len(names) > 1:
             continue

@@ -310,7 +310,7 @@ class _Placement:
         if not live:  # every job of it was cancelled before it trained
             return
         assert jobs is not None and starts is not None
-        runner, began = self._here, time.perf_counter()
+        runner, began, cpu = self._here, time.perf_counter(), time.thread_time()
         try:
             with self._like_a_worker():
                 if self._cohort:
@@ -337,6 +337,8 @@ class _Placement:
             return
         finally:
             self.stats["local_seconds"] += time.perf_counter() - began
+            self.stats["local_cpu_seconds"] += time.thread_time() - cpu
+            self.stats["local_steps"] += steps
             _paced(self._pace["here"], time.perf_counter() - began, steps)
         for k, result in zip(shipped.batch, done):
             if k in live:
@@ -352,7 +354,7 @@ class _Placement:
         jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
         live = [k for k in shipped.batch if self._shipped.get(k) is shipped]  # (not the cancelled ones)
         try:
-            value, seconds = ray.get(shipped.ref)
+            value, (seconds, cpu) = ray.get(shipped.ref)
         except ray.exceptions.RayTaskError as error:  # the job itself raised: raised when it is consumed
             if shipped.part in (1, 3) and not live:  # (its engine went back to the worker's spares)
                 return
@@ -379,6 +381,8 @@ class _Placement:
             heapq.heappush(self._waiting, (again.key, next(self._order), again))
             return
         self.stats["worker_seconds"] += seconds
+        self.stats["worker_cpu_seconds"] += cpu
+        self.stats["worker_steps"] += steps
         _paced(self._pace["worker"], seconds, steps)
         if shipped.part == 1:  # parked on the worker until the simulation reaches its request
             if live:

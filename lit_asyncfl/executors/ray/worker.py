@@ -77,6 +77,10 @@ def carried(callbacks: Sequence[Any]) -> list[Any]:
 #: What a job brings back: its update without weights, its weights on the wire, and the carried callbacks' results.
 Result = tuple[ClientUpdate, _Wire, list[Any]]
 
+#: A worker task's wall seconds and CPU seconds (its thread's: what it computed, without the time another process
+#: held the core), as it measured them.
+Took = tuple[float, float]
+
 
 class _MergePoint:
     """A parked job's state at its request, all its merge reads: the module's flat weights and BatchNorm counts,
@@ -305,6 +309,11 @@ class _JobRunner:
             self.spare.append(entry[0])
 
 
+def _took(began: Took) -> Took:
+    """The wall and CPU seconds since ``began`` (:meth:`_Worker._begin`)."""
+    return time.perf_counter() - began[0], time.thread_time() - began[1]
+
+
 def _load_states(engine: Any, job: ClientJob, states: list[Any] | None) -> None:
     if states is not None:
         for cb, state in zip(carried(engine.callbacks), states, strict=True):
@@ -333,35 +342,35 @@ class _Worker:
     def unload(self) -> None:
         self.runner = None  # an idle worker keeps no run's model or data
 
-    def _begin(self) -> float:
+    def _begin(self) -> Took:
         assert self.runner is not None
-        return time.perf_counter()
+        return time.perf_counter(), time.thread_time()
 
     def train(
         self, job: ClientJob, start: _Wire, states: list[Any] | None = None, fresh: tuple[_Wire, int] | None = None
-    ) -> tuple[Result, float]:
+    ) -> tuple[Result, Took]:
         began = self._begin()
         assert self.runner is not None
         update, results = self.runner.train(job, start.tensor(), states, _wire_fresh(fresh))
-        return (*_portable(update), results), time.perf_counter() - began
+        return (*_portable(update), results), _took(began)
 
-    def train_many(self, jobs: list[ClientJob], *starts: _Wire) -> tuple[list[Result], float]:
+    def train_many(self, jobs: list[ClientJob], *starts: _Wire) -> tuple[list[Result], Took]:
         # (the start models come as separate arguments: Ray resolves object references only at the top level)
         began = self._begin()
         assert self.runner is not None
         updates = self.runner.train_many(jobs, [s.tensor() for s in starts])
-        return [(*_portable(u), []) for u in updates], time.perf_counter() - began
+        return [(*_portable(u), []) for u in updates], _took(began)
 
     def first_part(
         self, job: ClientJob, start: _Wire, states: list[Any] | None = None
-    ) -> tuple[_MergePoint | None, float]:
+    ) -> tuple[_MergePoint | None, Took]:
         began = self._begin()
         assert self.runner is not None
         point = self.runner.first_part(job, start.tensor(), states)
         if point is not None:  # (a copy: the parked job keeps its own)
             point = copy.copy(point)
             point.weights = _Wire.of(point.weights)  # type: ignore[assignment]
-        return point, time.perf_counter() - began
+        return point, _took(began)
 
     def merge(
         self,
@@ -369,7 +378,7 @@ class _Worker:
         fresh: tuple[_Wire, int] | None,
         start: _Wire | None = None,
         states: list[Any] | None = None,
-    ) -> tuple[list[Any], float]:
+    ) -> tuple[list[Any], Took]:
         """What the job's merge taught (``start``: its first part is trained first; else it is parked here); the
         rest of the job stays parked here, for :meth:`resume`."""
         began = self._begin()
@@ -377,9 +386,9 @@ class _Worker:
         if start is not None:
             self.runner.first_part(job, start.tensor(), states)
         merged = self.runner.merge(job, _wire_fresh(fresh))
-        return merged, time.perf_counter() - began
+        return merged, _took(began)
 
-    def resume(self, job: ClientJob, merged: _Merged | None = None) -> tuple[Result, float]:
+    def resume(self, job: ClientJob, merged: _Merged | None = None) -> tuple[Result, Took]:
         """The rest of a job parked here, after its merge (``merged``: computed elsewhere, its effects)."""
         began = self._begin()
         assert self.runner is not None
@@ -388,7 +397,7 @@ class _Worker:
             merged.weights = merged.weights.tensor()
             merged.info = {k: v.tensor() if isinstance(v, _Wire) else v for k, v in merged.info.items()}
         update, results = self.runner.resume(job, merged)
-        return (*_portable(update), results), time.perf_counter() - began
+        return (*_portable(update), results), _took(began)
 
     def discard(self, job_id: int) -> None:
         if self.runner is not None:
