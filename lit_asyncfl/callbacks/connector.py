@@ -191,10 +191,11 @@ class CallbackConnector(SimulationObserver):
 
     def evaluate(self, sim: Simulator) -> None:
         """Evaluate the current global model and call ``on_evaluation_end`` with its row (while the run goes on, a
-        Ray executor's workers first get enough jobs to train meanwhile: its ``pause``)."""
+        Ray executor's workers first get enough jobs to train meanwhile: its ``pause``; at the run's final evaluation,
+        the jobs the end-of-run checkpoint waits for)."""
         pause = getattr(sim.executor, "pause", None)
-        pausing = pause is not None and self.evaluation.batches and not self.trainer.final_evaluation
-        with pause() if pausing else contextlib.nullcontext():
+        pausing = pause is not None and self.evaluation.batches
+        with pause(final=self.trainer.final_evaluation) if pausing else contextlib.nullcontext():
             row = self.evaluation.run(sim)
         if row is not None:
             self._call_in_event("on_evaluation_end", row)

@@ -730,3 +730,34 @@ def test_a_merge_computed_here_from_a_job_state_gives_the_sequential_weights_and
     assert torch.equal(global_weights(on_ray), global_weights(sequential))  # (running statistics included)
     counts = [run.simulator.server.batches_tracked for run in (on_ray, sequential)]
     assert counts[1] is not None and torch.equal(counts[0], counts[1])
+
+
+def test_the_final_evaluation_lets_each_worker_train_the_rests_the_last_checkpoint_waits_for(
+    tmp_path, cluster, monkeypatch
+):
+    """The run's final evaluation (after its loop) comes before the end-of-run checkpoint, which waits for every job
+    past its request: each worker first gets the waiting rests of the jobs parked on it, as many as wait, and nothing
+    else (the jobs before their request stay waiting: nothing waits for them). Where they train leaves the weights."""
+    from lit_asyncfl.executors.ray import placement
+
+    monkeypatch.setattr(placement, "TASKS_PER_WORKER", 1)  # (rests wait for the worker: one task at a time)
+    executor = RayExecutor(num_workers=1)
+    seen = []
+    place_rests = executor._place_rests
+
+    def watched():
+        def waiting():
+            rests = [entry[2] for entry in executor._waiting if entry[2].part == 2 and entry[2].worker >= 0]
+            return len(rests), len(executor._waiting) - len(rests)
+
+        before = waiting()
+        place_rests()
+        seen.append((before, waiting(), executor._busy[0]))
+
+    executor._place_rests = watched
+    sequential = fit(tmp_path / "seq", merging_fedasmu(), max_versions=13)
+    on_ray = fit(tmp_path / "ray", merging_fedasmu(), executor, max_versions=13)
+    assert len(seen) == 1  # (only the final evaluation: the others give the workers what they can train meanwhile)
+    [((rests, others), (rests_after, others_after), busy)] = seen
+    assert rests > 0 and rests_after == 0 and others_after == others and busy > 1
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))

@@ -414,12 +414,19 @@ class RayExecutor(_Requests):
             self._stay.add(job.job_id)
 
     @contextlib.contextmanager
-    def pause(self) -> Iterator[None]:
+    def pause(self, final: bool = False) -> Iterator[None]:
         """This process does other work than jobs inside (an evaluation of the global model): the workers first get
         waiting tasks for as long as the last pause lasted, at their measured pace (every waiting task before the
-        first pause, or before they have trained anything), since only this process gives them tasks. Where jobs
-        train does not change their results."""
+        first pause, or before they have trained anything), since only this process gives them tasks. ``final``: the
+        run's last evaluation, after its loop: the workers get only the rests of the jobs past their request parked
+        on them (see :meth:`_place_rests`), which the end-of-run checkpoint waits for. Where jobs train does not
+        change their results."""
         if not self._workers:  # (not started)
+            yield
+            return
+        if final:
+            self._poll()
+            self._place_rests()
             yield
             return
         seconds, steps = self._pace["worker"]

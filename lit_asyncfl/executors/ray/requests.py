@@ -155,6 +155,21 @@ class _Requests(_Placement):
         self._place()
         return learned
 
+    def _place_rests(self) -> None:
+        """Give each worker every waiting rest of a job parked on it (its merge done at the job's request event), as
+        many as wait, and nothing else: the run's loop is over, and writing the end-of-run checkpoint waits for every
+        job past its request (:meth:`~lit_asyncfl.core.simulator.Simulator.state_dict`), so each worker trains its
+        rests while this process evaluates the final model, where they would wait for that evaluation's end. The
+        other waiting tasks (jobs before their request, rests parked here) stay waiting."""
+        others = [entry for entry in self._waiting if entry[2].part != 2 or entry[2].worker < 0]
+        self._waiting = [entry for entry in self._waiting if entry[2].part == 2 and entry[2].worker >= 0]
+        heapq.heapify(self._waiting)
+        try:
+            self._place(reserve=math.inf)  # (a rest goes to its own worker only)
+        finally:
+            for entry in others:
+                heapq.heappush(self._waiting, entry)
+
     def _merger(self) -> _JobRunner:
         """The runner that computes merges here (:meth:`_JobRunner.learn_merge`; this process's own with
         ``train_locally``), built at the run's start."""
