@@ -45,6 +45,13 @@ and FedAvg with 50 (X) or 10 (Y) clients in flight:
     python scripts/bench_engines.py --whole-runs                   # ~600 updates per run, 3 repeats: 3-6 minutes
     python scripts/bench_engines.py --whole-runs --partitions dirichlet --repeats 5
 
+``--split`` adds, per repeat, one more cohort run with timers around its parts (:class:`CohortSplit`) and prints its
+milliseconds per update: batched calls, the rest of the batched steps, single-job steps, per-job work, the executor,
+server, evaluation and simulator (the run is a little slower than untimed; the table's figures come from the untimed
+runs):
+
+    python scripts/bench_engines.py --whole-runs --configs fedasync50 fedasync10 --partitions dirichlet --split
+
 ``--step`` times one batched step of the cohort engine at 5, 10, 20 and 50 jobs (10 samples each, whole and padded
 batches), interleaved, medians: the step before the channels-last kernels (gradient inside ``vmap``), the engine's step
 without routing convolutions and max-pooling (``vmap``'s own kernels, gradient outside ``vmap``) and the engine's step.
@@ -180,16 +187,59 @@ class FreeEngine(Callback):
         return {"simulator": 1 - sum(parts.values()) / seconds, **{k: v / seconds for k, v in parts.items()}}
 
 
+class CohortSplit(Callback):
+    """Bench-only: where a ``cohort`` run's wall time goes, per update (``--split``): the batched calls (the
+    ``vmap``'d step), the rest of the batched steps (batches, gradients, optimizer, logging), the steps run one job
+    at a time, the per-job work of a cohort (plans, stacking, updates), the executor around the cohort (saving and
+    restoring the global generators), the server (``receive``/``flush``), the global evaluation, and the rest (the
+    simulator and scheduler). Timers wrap the engine's methods, so the run itself is a little slower than untimed."""
+
+    PARTS = ("call", "group", "one", "train", "result", "server", "evaluation")
+
+    def __init__(self) -> None:
+        self.timed = {name: _Timed() for name in self.PARTS}
+
+    def on_fit_start(self, trainer: FederatedTrainer) -> None:
+        sim = trainer.simulator
+        assert sim is not None
+        executor, t = sim.executor, self.timed
+        engine = executor.trainer
+        engine._step, engine._padded_step = t["call"].wrap(engine._step), t["call"].wrap(engine._padded_step)
+        engine._step_group, engine._step_one = t["group"].wrap(engine._step_group), t["one"].wrap(engine._step_one)
+        engine.train_many = t["train"].wrap(engine.train_many)
+        executor.result = t["result"].wrap(executor.result)
+        sim.server.receive = t["server"].wrap(sim.server.receive)
+        sim.server.flush = t["server"].wrap(sim.server.flush)
+        trainer.evaluation.run = t["evaluation"].wrap(trainer.evaluation.run)
+
+    def split(self, seconds: float, updates: int) -> dict[str, float]:
+        """Milliseconds per update of each part of a run of ``seconds`` that received ``updates``."""
+        t = {name: timed.seconds for name, timed in self.timed.items()}
+        parts = {
+            "whole": seconds,
+            "batched calls": t["call"],
+            "rest of batched steps": t["group"] - t["call"],
+            "single-job steps": t["one"],
+            "per-job work": t["train"] - t["group"] - t["one"],
+            "executor": t["result"] - t["train"],
+            "server": t["server"],
+            "evaluation": t["evaluation"],
+            "simulator": seconds - t["result"] - t["server"] - t["evaluation"],
+        }
+        return {name: value / updates * 1e3 for name, value in parts.items()}
+
+
 def whole_run(
     config: str,
     partition: str,
     engine: str,
     updates: int,
     recorder: JobRecorder | None = None,
-    free: FreeEngine | None = None,
+    free: FreeEngine | CohortSplit | None = None,
 ) -> tuple[float, int, list[int], FederatedTrainer]:
-    """One run: (wall seconds of the run, updates received, cohort sizes, the trainer). With ``free``, the ``fast``
-    engine's training is replaced by free updates (:class:`FreeEngine`)."""
+    """One run: (wall seconds of the run, updates received, cohort sizes, the trainer). With ``free`` a
+    :class:`FreeEngine`, the ``fast`` engine's training is replaced by free updates; a :class:`CohortSplit` times the
+    parts of a ``cohort`` run."""
     make, per_version = WHOLE_RUNS[config]
     versions = max(1, updates // per_version)
     timer = RunTimer()
@@ -322,6 +372,7 @@ def whole_runs(args: argparse.Namespace) -> None:
     header = f"{'run':<12}{'partition':<11}{'fast upd/s':>11}{'cohort upd/s':>13}{'free upd/s':>11}{'raw upd/s':>10}"
     print(f"{header}{'cohort/fast':>12}{'cohort/raw':>11}{'range':>11}{'floor':>7}{'mean cohort':>12}")
     vs_fast, vs_raw, floor, ceiling, splits, compute = [], {}, {}, {}, {}, {}
+    cohort_splits: dict[tuple[str, str], list[dict[str, float]]] = {}
     rate_at: dict[int, float] = {}  # GEMM GFLOP/s at a number of stacked jobs
     for partition in args.partitions:
         for config in args.configs:
@@ -342,6 +393,10 @@ def whole_runs(args: argparse.Namespace) -> None:
                 rates["free"].append(received / seconds)
                 shares.append(free.split(seconds) | {"ms": seconds / received * 1e3})
                 rates["raw"].append(len(recorder.jobs) / raw())
+                if args.split:
+                    split = CohortSplit()
+                    seconds, received, *_ = whole_run(config, partition, "cohort", args.updates, free=split)
+                    cohort_splits.setdefault((partition, config), []).append(split.split(seconds, received))
             fast, cohort, freem, rawm = (statistics.median(rates[k]) for k in ("fast", "cohort", "free", "raw"))
             pairs = [c / r for c, r in zip(rates["cohort"], rates["raw"])]
             vs_fast.append(cohort / fast)
@@ -390,6 +445,13 @@ def whole_runs(args: argparse.Namespace) -> None:
             f"{key[1]:<12}{key[0]:<11}{raw_ms:>8.3f}{mflop:>7.2f}{k:>6}{rate:>9.1f}{floor_ms:>10.3f}"
             f"{ceiling[key]:>8.1f}x"
         )
+    if cohort_splits:
+        print("cohort split (--split): ms per update of a timed cohort run, median over repeats")
+        names = list(next(iter(cohort_splits.values()))[0])
+        print(f"{'run':<12}{'partition':<11}" + "".join(f"{name:>{max(len(name), 6) + 1}}" for name in names))
+        for (partition, config), rows in cohort_splits.items():
+            cells = "".join(f"{statistics.median(r[name] for r in rows):>{max(len(name), 6) + 1}.3f}" for name in names)
+            print(f"{config:<12}{partition:<11}{cells}")
     print(f"cohort_vs_fast_min={min(vs_fast):.2f} cohort_vs_fast_max={max(vs_fast):.2f}")
     whole, floors, ceilings = {}, {}, {}
     for flight in (50, 10):
@@ -484,6 +546,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--onednn", choices=["auto", "on", "off"], default="auto")
     parser.add_argument("--compile", action="store_true", help="add the torch.compile'd cohort (compiles first)")
+    parser.add_argument("--split", action="store_true", help="whole runs: also time where a cohort run's time goes")
     parser.add_argument("--step", action="store_true", help="time one batched cohort step three ways (see its doc)")
     args = parser.parse_args()
     if args.step:

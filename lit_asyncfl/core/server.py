@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -21,7 +22,8 @@ def all_finite(tensor: Tensor) -> bool:
 
     The sum of finite values is finite unless it overflows, and any infinite or NaN element makes it infinite or NaN;
     so the element-wise check (about 9x the sum's cost on LeNet-5's 21k weights, twice per update) runs only when the
-    sum is not finite, and the answer is always the element-wise one.
+    sum is not finite, and the answer is always the element-wise one. The sum is read as a Python float (``math``'s
+    check of it costs less than a tensor ``isfinite`` and its ``bool``: 1.6-2.5 against 4.8 us a call).
 
     Example:
         >>> all_finite(torch.tensor([1.0, 2.0])), all_finite(torch.tensor([1.0, float("nan")]))
@@ -29,7 +31,7 @@ def all_finite(tensor: Tensor) -> bool:
         >>> all_finite(torch.tensor([3e38, 3e38]))  # the sum overflows, every element is finite
         True
     """
-    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
+    return math.isfinite(tensor.sum().item()) or bool(torch.isfinite(tensor).all())
 
 
 #: The server callbacks' hooks called for every update or version.

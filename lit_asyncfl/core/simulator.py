@@ -252,6 +252,8 @@ class Simulator(JobLifecycle, SimulatorCheckpoint):
             self.wake_when_online()
         if len(idle) <= k:
             return idle
+        if k == 1:  # (each arrival's refill) choice's one draw, as integers makes it: same client and stream (tested)
+            return idle[self.rng.integers(0, len(idle), size=1)]
         return np.sort(self.rng.choice(idle, size=k, replace=False))
 
     def wake_when_online(self) -> None:

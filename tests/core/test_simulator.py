@@ -306,3 +306,27 @@ def test_the_stop_reason_is_max_versions_when_it_is_reached_with_every_client_re
                               _all_retired=lambda: True)  # fmt: skip
         assert Simulator.run(sim, max_versions=5) == "max_versions"
         assert Simulator.run(sim, max_versions=6) == "privacy_budget"
+
+
+def test_sampling_one_idle_client_draws_as_numpy_choice():
+    """``sample_idle(1)`` (each arrival's refill) takes its cheaper draw, ``rng.integers``: the client that
+    ``np.sort(rng.choice(idle, size=1, replace=False))`` picks, and the generator left in the same state, on streams
+    at several offsets (PCG64 buffers half of a 64-bit draw) and idle sets of every size."""
+    from types import SimpleNamespace
+
+    from lit_asyncfl.core.simulator import Simulator
+
+    for seed in range(300):
+        for n in (2, 3, 10, 99, 1000, 70_000):
+            reference, rng = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 1])
+            reference.integers(0, 5, size=seed % 3), rng.integers(0, 5, size=seed % 3)  # the buffered half or not
+            idle = np.flatnonzero(np.arange(2 * n) % 2 == seed % 2)
+            sim = SimpleNamespace(
+                idle_online=lambda idle=idle: idle, num_clients=2 * n, num_training=n, rng=rng,
+                wake_when_online=lambda: None,
+            )  # fmt: skip
+            got = Simulator.sample_idle(sim, 1)
+            want = np.sort(reference.choice(idle, size=1, replace=False))
+            assert np.array_equal(got, want) and got.dtype == want.dtype
+            assert rng.bit_generator.state == reference.bit_generator.state
+            assert rng.random() == reference.random()

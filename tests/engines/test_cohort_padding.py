@@ -15,7 +15,8 @@ from lit_asyncfl.client_callbacks import LearningRateDecay, ProximalTerm
 from lit_asyncfl.core.update import ClientJob, JobTiming
 from lit_asyncfl.data import ClientShards, DigitsDataModule
 from lit_asyncfl.engines import CohortTrainer, LocalTrainer
-from lit_asyncfl.models import LeNet5
+from lit_asyncfl.engines.cohort import _CohortLogs
+from lit_asyncfl.models import MLP, LeNet5
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -277,3 +278,35 @@ def test_adam_runs_as_batched_moments_equal_to_fast(optimizer, settings, epochs,
 def test_amsgrad_is_refused_naming_the_fast_engine(shards):
     with pytest.raises(ValueError, match=r"Adam without amsgrad.*use engine='fast'"):
         CohortTrainer(ConfiguredAdam(amsgrad=True), shards, 10)
+
+
+class _LogsManyWays(MLP):
+    """Logs values that a job's ``JobLog`` reduces on its own path (plain calls, ``on_step``/``on_epoch``) and
+    otherwise (``reduce_fx='max'``; a name logged with another option after its first step)."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("plain", loss * 3)
+        self.log("flags", loss + 1, on_step=True, on_epoch=True)
+        self.log("peak", loss, reduce_fx="max")
+        self.log("switch", loss * 2, **({} if batch_idx == 0 else {"prog_bar": True}))
+        return loss
+
+
+def test_what_jobs_log_is_reduced_as_by_each_jobs_own_joblog(shards, monkeypatch):
+    """The plain calls of all the jobs of a step are reduced at once (float32 sums per job); the result is each
+    job's own ``JobLog``'s, bit for bit (the cohort run again with every value handed to each job's ``JobLog``,
+    as before), in batched steps and in the steps run one job at a time, with a name that leaves the batched sums
+    mid-job; and it is the fast engine's within float32 rounding."""
+    torch.manual_seed(0)
+    model = _LogsManyWays(input_dim=64, hidden_dims=(16,), lr=0.1)
+    fast, cohort, calls, start = engines(model, shards, min_batched=4)
+    jobs = [job(c, 2, seed=30 + c) for c in range(12)]
+    batched = cohort.train_many(jobs, [start] * 12)
+    assert min(calls.sizes) >= 4 and len(calls.sizes) < sum(u.num_steps for u in batched)  # some steps alone
+    monkeypatch.setattr(_CohortLogs, "_batched", lambda self, name, value, count: False)
+    own = cohort.train_many(jobs, [start] * 12)
+    for a, b, j in zip(batched, own, jobs):
+        assert torch.equal(a.weights, b.weights)
+        assert a.metrics == b.metrics and a.metrics.keys() == {"train_loss", "plain", "flags", "peak", "switch"}
+        assert a.metrics == pytest.approx(fast.train(j, start).metrics, rel=1e-5)
