@@ -409,7 +409,6 @@ def batched_steps(args: argparse.Namespace) -> None:
     batches) at 5, 10, 20 and 50 jobs, three ways, interleaved: the engine's step (gradient outside ``vmap``,
     convolutions and max-pooling channels-last over the jobs), the same without that routing (``vmap``'s own
     kernels), and the step before both (``vmap(grad_and_value(...))``)."""
-    from contextlib import nullcontext
 
     from torch.func import grad_and_value, vmap
 
@@ -426,7 +425,6 @@ def batched_steps(args: argparse.Namespace) -> None:
         False: vmap(grad_and_value(batched.loss, has_aux=True), in_dims=(0, 0, None), randomness="different"),
         True: vmap(grad_and_value(batched.padded_loss, has_aux=True), in_dims=(0, 0, 0, None), randomness="different"),
     }
-    kernels = batched.kernels
     print(f"one batched step, LeNet-5, digits, 10 samples per job, {args.threads} thread(s), {args.repeats} repeats")
     header = ("jobs", 4), ("batches", 8), ("grad in vmap ms", 16), ("vmap kernels ms", 16), ("engine ms", 10)
     print(" ".join(f"{text:>{width}}" for text, width in header), f"{'speedup':>8}")
@@ -443,11 +441,11 @@ def batched_steps(args: argparse.Namespace) -> None:
                 return inside[padded](p, *a)
 
             def unrouted(p: dict[str, Tensor], *a: Any, step: Any = engine_step) -> Any:
-                batched.kernels = nullcontext()
+                batched.kernels_off_because = "bench_engines --step: vmap's own kernels"
                 try:
                     return step(p, *a)
                 finally:
-                    batched.kernels = kernels
+                    batched.kernels_off_because = None
 
             ways = {"before": before, "unrouted": unrouted, "engine": engine_step}
             times: dict[str, list[float]] = {name: [] for name in ways}

@@ -34,6 +34,8 @@ from torch.overrides import TorchFunctionMode
 _VMAP = functorch.TransformType.Vmap
 _CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 _POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+_LINEAR_ARGS = ("input", "weight", "bias")
+_CE_ARGS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
 
 
 def _vmap_levels() -> list[tuple[int, int]]:
@@ -142,6 +144,10 @@ class BatchedKernels(TorchFunctionMode):
             out = self._conv2d(**_bound(_CONV_ARGS, args, kwargs))
         elif func is F.max_pool2d:  # nn.MaxPool2d's call (torch.max_pool2d is not routed)
             out = self._max_pool2d(**_bound(_POOL_ARGS, args, kwargs))
+        elif func is F.linear:  # nn.Linear's call
+            out = self._linear(**_bound(_LINEAR_ARGS, args, kwargs))
+        elif func is F.cross_entropy:
+            out = self._cross_entropy(**_bound(_CE_ARGS, args, kwargs))
         return func(*args, **kwargs) if out is None else out
 
     def _conv2d(
@@ -212,3 +218,60 @@ class BatchedKernels(TorchFunctionMode):
         y = F.max_pool2d(grouped, kernel_size, stride, padding, dilation, ceil_mode)
         self.routed["max_pool2d"] += 1
         return _batched(_split(y, sizes[0], x.shape[1 : inner + 2]), levels)
+
+    def _linear(self, input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor | None:
+        if input.device.type != "cpu" or input.dim() < 1 or weight.dim() != 2:
+            return None
+        levels = _vmap_levels()
+        if not levels or levels[0][1] < 2:
+            return None
+        x, w = _physical(input, levels), _physical(weight, levels)
+        b = None if bias is None else _physical(bias, levels)
+        sizes = [size for _, size in levels]
+        jobs, inner = sizes[0], len(levels) - 1
+        per_job = [w] if b is None else [w, b]
+        if list(x.shape[: inner + 1]) != sizes or any(
+            p.shape[0] != jobs or set(p.shape[1 : inner + 1]) - {1} for p in per_job
+        ):
+            return None
+        w = w.flatten(0, inner)  # [jobs, out, in]
+        rows = x.reshape(jobs, -1, x.shape[-1])  # every sample of a job (all inner levels) is a row of its matrix
+        if b is None:
+            y = torch.bmm(rows, w.transpose(1, 2))
+        else:
+            y = torch.baddbmm(b.flatten(0, inner).unsqueeze(1), rows, w.transpose(1, 2))
+        self.routed["linear"] += 1
+        return _batched(y.view(*x.shape[:-1], w.shape[1]), levels)
+
+    def _cross_entropy(
+        self,
+        input: Tensor,
+        target: Tensor,
+        weight: Tensor | None = None,
+        size_average: Any = None,
+        ignore_index: int = -100,
+        reduce: Any = None,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ) -> Tensor | None:
+        if weight is not None or size_average is not None or reduce is not None or label_smoothing != 0.0:
+            return None
+        if reduction not in ("mean", "sum", "none") or input.device.type != "cpu":
+            return None
+        if input.dim() != 2 or target.dim() != 1 or target.is_floating_point():  # class indices of [n, classes]
+            return None
+        levels = _vmap_levels()
+        if not levels or levels[0][1] < 2:
+            return None
+        x, t = _physical(input, levels), _physical(target, levels)
+        sizes = [size for _, size in levels]
+        if list(x.shape[: len(levels)]) != sizes or list(t.shape[: len(levels)]) != sizes:
+            return None
+        losses = F.cross_entropy(x.reshape(-1, x.shape[-1]), t.reshape(-1), ignore_index=ignore_index, reduction="none")
+        losses = losses.view(t.shape)  # [*levels, n], 0 where the target is ignore_index
+        if reduction == "sum":
+            losses = losses.sum(-1)
+        elif reduction == "mean":  # over the samples whose target is not ignore_index, as nll_loss
+            losses = losses.sum(-1) / (t != ignore_index).sum(-1).to(losses.dtype)
+        self.routed["cross_entropy"] += 1
+        return _batched(losses, levels)
