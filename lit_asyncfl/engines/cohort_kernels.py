@@ -55,7 +55,8 @@ def _physical(t: Tensor, levels: list[tuple[int, int]]) -> Tensor:
     for level, _ in reversed(levels):
         if functorch.is_batchedtensor(t) and functorch.maybe_get_level(t) == level:
             t, dim = functorch._unwrap_batched(t, level)
-            t = t.movedim(dim, 0)
+            if dim:  # (a movedim(0, 0) is an operation too, and a node of the backward graph)
+                t = t.movedim(dim, 0)
         else:
             t = t.unsqueeze(0)
     return t

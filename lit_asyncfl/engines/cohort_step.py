@@ -279,14 +279,24 @@ class _BatchedStep:
     def _call_bound(self, params: Sequence[Tensor], batch: Any, batch_idx: int) -> tuple[Tensor, dict[str, Tensor]]:
         """``training_step`` on ``batch`` with the module's parameters replaced by ``params`` (in the order of
         :attr:`names`) for the call, as ``functional_call`` would."""
-        before = [(owner._parameters, attr, owner._parameters[attr]) for owner, attr, _ in self._slots]
-        for owner, attr, i in self._slots:
-            owner._parameters[attr] = params[i]  # type: ignore[assignment]
+        before = self._bind(params)
         try:
             return self.module(batch, batch_idx)
         finally:
-            for slots, attr, p in before:
-                slots[attr] = p
+            self._unbind(before)
+
+    def _bind(self, params: Sequence[Tensor]) -> list[tuple[dict[str, Any], str, Any]]:
+        """Put ``params`` (in the order of :attr:`names`) in place of the module's parameters, under every name of
+        each (a tied parameter has several); returns what :meth:`_unbind` puts back."""
+        before = [(owner._parameters, attr, owner._parameters[attr]) for owner, attr, _ in self._slots]
+        for owner, attr, i in self._slots:
+            owner._parameters[attr] = params[i]  # type: ignore[assignment]
+        return before
+
+    @staticmethod
+    def _unbind(before: list[tuple[dict[str, Any], str, Any]]) -> None:
+        for slots, attr, p in before:
+            slots[attr] = p
 
     def _batched_loss(self, params: list[Tensor], batch: Any, batch_idx: int) -> tuple[Tensor, dict[str, Tensor]]:
         """:meth:`loss` of each job, ``vmap``-ed over the jobs (the leading dimension of ``params`` and ``batch``):
@@ -310,25 +320,24 @@ class _BatchedStep:
         try:
             inner = [functorch._add_batch_dim(p, 0, level) for p in params]
             batch, weights = _batch_dim(batch, level), functorch._add_batch_dim(weights, 0, level)
-            before = [(owner._parameters, attr, owner._parameters[attr]) for owner, attr, _ in self._slots]
-            for owner, attr, i in self._slots:
-                owner._parameters[attr] = inner[i]  # type: ignore[assignment]
+            before = self._bind(inner)
             try:
-                losses, logged = vmap(self._sample_loss_bound, in_dims=(0, None), randomness="different")(
-                    batch, batch_idx
-                )
+                samples = weights.shape[0]
+                inner_level = functorch._vmap_increment_nesting(samples, "different")
+                try:  # training_step on each sample alone: each leaf of the batch given its batch dimension back
+                    single = pytree.tree_map(lambda leaf: functorch._add_batch_dim(leaf, 0, inner_level)[None], batch)
+                    losses, logged = self.module(single, batch_idx)
+                    losses = _unbatched(losses, inner_level, samples)
+                    logged = {name: _unbatched(v, inner_level, samples) for name, v in logged.items()}
+                finally:
+                    functorch._vmap_decrement_nesting()
             finally:
-                for slots, attr, p in before:
-                    slots[attr] = p
+                self._unbind(before)
             loss = (losses * weights).sum()
             logged = {name: (value * weights).sum() for name, value in logged.items()}
             return _unbatched(loss, level, jobs), {name: _unbatched(v, level, jobs) for name, v in logged.items()}
         finally:
             functorch._vmap_decrement_nesting()
-
-    def _sample_loss_bound(self, sample: Any, batch_idx: int) -> tuple[Tensor, Any]:
-        """``training_step`` on one sample with the parameters already bound (:meth:`_batched_padded_loss`)."""
-        return self.module(pytree.tree_map(lambda leaf: leaf.unsqueeze(0), sample), batch_idx)
 
     def loss(self, params: dict[str, Tensor], batch: Any, batch_idx: int) -> tuple[Tensor, Any]:
         """``training_step`` on ``batch`` at the weights ``params``: the loss and what it logged."""
