@@ -62,6 +62,17 @@ def _physical(t: Tensor, levels: list[tuple[int, int]]) -> Tensor:
     return t
 
 
+def _per_job(t: Tensor | None, levels: list[tuple[int, int]]) -> Tensor | None:
+    """``t`` (weights) without ``vmap``'s wrapper, its jobs first, where it is batched at the outermost level (the
+    jobs) and at no other; otherwise ``None``."""
+    if t is None or not functorch.is_batchedtensor(t) or functorch.maybe_get_level(t) != levels[0][0]:
+        return None
+    t, dim = functorch._unwrap_batched(t, levels[0][0])
+    if functorch.is_batchedtensor(t):  # batched at a level outside the vmap levels (not the step's)
+        return None
+    return t.movedim(dim, 0) if dim else t
+
+
 def _batched(t: Tensor, levels: list[tuple[int, int]]) -> Tensor:
     """The inverse of :func:`_physical` for a tensor batched at every level."""
     for level, _ in levels:
@@ -168,22 +179,18 @@ class BatchedKernels(TorchFunctionMode):
         levels = _vmap_levels()
         if not levels or levels[0][1] < 2:  # one job: vmap's rule is the job's own convolution
             return None
-        x, w = _physical(input, levels), _physical(weight, levels)
-        b = None if bias is None else _physical(bias, levels)
+        x, w, b = _physical(input, levels), _per_job(weight, levels), _per_job(bias, levels)
         sizes = [size for _, size in levels]
         jobs, inner = sizes[0], len(levels) - 1
-        per_job = [w] if b is None else [w, b]
-        if list(x.shape[: inner + 1]) != sizes or any(
-            p.shape[0] != jobs or set(p.shape[1 : inner + 1]) - {1} for p in per_job
-        ):
+        if list(x.shape[: inner + 1]) != sizes or w is None or (b is None) != (bias is None):
             return None  # the input is not batched at some level, or the weights at another level than the jobs'
         grouped = _channels_last(x, inner)
         if grouped is None:
             return None
         y = F.conv2d(
             grouped,
-            w.flatten(0, inner + 1),
-            None if b is None else b.flatten(0, inner + 1),
+            w.flatten(0, 1),
+            None if b is None else b.flatten(),
             _pair(stride),
             _pair(padding),
             _pair(dilation),
@@ -226,21 +233,16 @@ class BatchedKernels(TorchFunctionMode):
         levels = _vmap_levels()
         if not levels or levels[0][1] < 2:
             return None
-        x, w = _physical(input, levels), _physical(weight, levels)
-        b = None if bias is None else _physical(bias, levels)
+        x, w, b = _physical(input, levels), _per_job(weight, levels), _per_job(bias, levels)  # w: [jobs, out, in]
         sizes = [size for _, size in levels]
-        jobs, inner = sizes[0], len(levels) - 1
-        per_job = [w] if b is None else [w, b]
-        if list(x.shape[: inner + 1]) != sizes or any(
-            p.shape[0] != jobs or set(p.shape[1 : inner + 1]) - {1} for p in per_job
-        ):
+        jobs = sizes[0]
+        if list(x.shape[: len(levels)]) != sizes or w is None or (b is None) != (bias is None):
             return None
-        w = w.flatten(0, inner)  # [jobs, out, in]
         rows = x.reshape(jobs, -1, x.shape[-1])  # every sample of a job (all inner levels) is a row of its matrix
         if b is None:
             y = torch.bmm(rows, w.transpose(1, 2))
         else:
-            y = torch.baddbmm(b.flatten(0, inner).unsqueeze(1), rows, w.transpose(1, 2))
+            y = torch.baddbmm(b.unsqueeze(1), rows, w.transpose(1, 2))
         self.routed["linear"] += 1
         return _batched(y.view(*x.shape[:-1], w.shape[1]), levels)
 
