@@ -1,7 +1,8 @@
 """The cohort engine's batched training step: the module's ``training_step`` run on many jobs' weights in one
-``vmap(functional_call(...))`` call whose gradient autograd takes outside ``vmap`` (inside it when compiled), what
-the module sees while it runs (``self.log`` and ``self.trainer`` stand-ins), and the padding of smaller batches with
-its exactness probe."""
+``vmap`` call (the jobs' weights bound in place of the module's parameters, as ``functional_call`` would, without its
+and ``torch.func.vmap``'s pytree processing) whose gradient autograd takes outside ``vmap`` (inside it, through
+``vmap(functional_call(...))``, when compiled), what the module sees while it runs (``self.log`` and ``self.trainer``
+stand-ins), and the padding of smaller batches with its exactness probe."""
 
 from __future__ import annotations
 
