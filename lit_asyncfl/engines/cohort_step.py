@@ -200,10 +200,11 @@ class _BatchedStep:
             self.padded_step = self._gradients(self._batched_padded_loss)
 
     def _gradients(self, batched: Any) -> Any:
-        """The step of the jobs' ``batched`` losses (a ``vmap`` of :meth:`loss` or :meth:`padded_loss`): their
-        forward under ``vmap`` with the routed kernels (:class:`~lit_asyncfl.engines.cohort_kernels.BatchedKernels`),
-        recorded by ordinary autograd, and the gradient of the sum of the jobs' losses, whose part in a job's
-        weights is that job's gradient (the jobs do not interact). Returns what ``vmap(grad_and_value(...,
+        """The step of the jobs' ``batched`` losses (:meth:`_batched_loss` or :meth:`_batched_padded_loss`, the
+        parameters a list in the order of :attr:`names`): their forward under ``vmap`` with the routed kernels
+        (:class:`~lit_asyncfl.engines.cohort_kernels.BatchedKernels`), recorded by ordinary autograd, and the
+        gradient of the sum of the jobs' losses, whose part in a job's weights is that job's gradient (the jobs do
+        not interact). Returns what ``vmap(grad_and_value(...,
         has_aux=True))`` would: the gradients by name, and the losses and logged values, detached.
 
         The routed kernels hand ``vmap`` views of channels-last tensors, which some user code cannot take (e.g.
