@@ -53,9 +53,13 @@ runs):
     python scripts/bench_engines.py --whole-runs --configs fedasync50 fedasync10 --partitions dirichlet --split
 
 ``--step`` times one batched step of the cohort engine at 5, 10, 20 and 50 jobs (10 samples each, whole and padded
-batches), interleaved, medians: the step before the channels-last kernels (gradient inside ``vmap``), the engine's step
-without routing convolutions and max-pooling (``vmap``'s own kernels, gradient outside ``vmap``) and the engine's step.
-The last line is ``step_speedup_5=X ... step_speedup_50=X`` (whole batches: the first's time divided by the engine's).
+batches), interleaved, medians of process time (CPU time: robust to a shared machine's other processes, as the step runs
+on one thread), four ways: the step before the channels-last kernels (gradient inside ``vmap``), the engine's step
+without its routed kernels (``vmap``'s own rules, gradient outside ``vmap``), the engine's step as it was before
+``F.linear`` and ``F.cross_entropy`` were routed and the call bound the weights itself (``vmap`` of ``functional_call``,
+convolutions and max-pooling routed), and the engine's step. The last lines are ``step_speedup_5=X ...
+step_speedup_50=X`` (whole batches: the first's time divided by the engine's) and ``step_vs_conv_routed_5=X ...``
+(whole batches: the third's time divided by the engine's).
 """
 
 from __future__ import annotations
@@ -468,14 +472,20 @@ STEP_JOBS = (5, 10, 20, 50)
 
 def batched_steps(args: argparse.Namespace) -> None:
     """``--step``: one batched step of the cohort engine (LeNet-5, digits, 10 samples per job, whole and padded
-    batches) at 5, 10, 20 and 50 jobs, three ways, interleaved: the engine's step (gradient outside ``vmap``,
-    convolutions and max-pooling channels-last over the jobs), the same without that routing (``vmap``'s own
-    kernels), and the step before both (``vmap(grad_and_value(...))``)."""
-    from contextlib import nullcontext
-
+    batches) at 5, 10, 20 and 50 jobs, four ways, interleaved (see the module's docstring)."""
     from torch.func import grad_and_value, vmap
 
     from lit_asyncfl.engines import CohortEngine
+    from lit_asyncfl.engines.cohort_kernels import BatchedKernels
+
+    class ConvRouted(BatchedKernels):
+        """The kernels before ``F.linear`` and ``F.cross_entropy`` were routed."""
+
+        def _linear(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+        def _cross_entropy(self, *args: Any, **kwargs: Any) -> None:
+            return None
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -488,11 +498,22 @@ def batched_steps(args: argparse.Namespace) -> None:
         False: vmap(grad_and_value(batched.loss, has_aux=True), in_dims=(0, 0, None), randomness="different"),
         True: vmap(grad_and_value(batched.padded_loss, has_aux=True), in_dims=(0, 0, 0, None), randomness="different"),
     }
-    kernels = batched.kernels
-    print(f"one batched step, LeNet-5, digits, 10 samples per job, {args.threads} thread(s), {args.repeats} repeats")
-    header = ("jobs", 4), ("batches", 8), ("grad in vmap ms", 16), ("vmap kernels ms", 16), ("engine ms", 10)
-    print(" ".join(f"{text:>{width}}" for text, width in header), f"{'speedup':>8}")
-    speedups = {}
+    by_name = {
+        False: vmap(batched.loss, in_dims=(0, 0, None), randomness="different"),
+        True: vmap(batched.padded_loss, in_dims=(0, 0, 0, None), randomness="different"),
+    }
+    conv_routed = {  # the step recorded by vmap of functional_call, its parameters by name
+        padded: batched._gradients(lambda params, *a, f=f: f(dict(zip(batched.names, params)), *a))
+        for padded, f in by_name.items()
+    }
+    kernels, conv_kernels = batched.kernels, ConvRouted()
+    print(
+        f"one batched step, LeNet-5, digits, 10 samples per job, {args.threads} thread(s), {args.repeats} repeats, "
+        "process time"
+    )
+    header = ("jobs", 4), ("batches", 8), ("grad in vmap ms", 16), ("vmap kernels ms", 16), ("conv routed ms", 15)
+    print(" ".join(f"{text:>{width}}" for text, width in header), f"{'engine ms':>10} {'speedup':>8} {'vs conv':>8}")
+    speedups, vs_conv = {}, {}
     for jobs in STEP_JOBS:
         weights = start + 0.01 * torch.randn(jobs, start.numel())
         batch = [shards.inputs[: jobs * 10].view(jobs, 10, 1, 8, 8), shards.targets[: jobs * 10].view(jobs, 10)]
@@ -505,30 +526,40 @@ def batched_steps(args: argparse.Namespace) -> None:
                 return inside[padded](p, *a)
 
             def unrouted(p: dict[str, Tensor], *a: Any, step: Any = engine_step) -> Any:
-                batched.kernels = nullcontext()
+                batched.kernels_off_because = "bench_engines --step: vmap's own kernels"
+                try:
+                    return step(p, *a)
+                finally:
+                    batched.kernels_off_because = None
+
+            def previous(p: dict[str, Tensor], *a: Any, step: Any = conv_routed[padded]) -> Any:
+                batched.kernels = conv_kernels
                 try:
                     return step(p, *a)
                 finally:
                     batched.kernels = kernels
 
-            ways = {"before": before, "unrouted": unrouted, "engine": engine_step}
+            ways = {"before": before, "unrouted": unrouted, "previous": previous, "engine": engine_step}
             times: dict[str, list[float]] = {name: [] for name in ways}
             with OneDNN(engine.onednn), batched.stand_ins():
                 for step in ways.values():
                     step(batched.params(weights), *args_)  # warm-up
                 for _ in range(args.repeats):
                     for name, step in ways.items():
-                        t0 = time.perf_counter()
+                        t0 = time.process_time()
                         for _ in range(5):
                             step(batched.params(weights), *args_)
-                        times[name].append((time.perf_counter() - t0) / 5)
+                        times[name].append((time.process_time() - t0) / 5)
             med = {name: statistics.median(v) * 1e3 for name, v in times.items()}
             speedups[(jobs, padded)] = med["before"] / med["engine"]
+            vs_conv[(jobs, padded)] = med["previous"] / med["engine"]
             print(
                 f"{jobs:>4} {'padded' if padded else 'whole':>8} {med['before']:>16.2f} {med['unrouted']:>16.2f} "
-                f"{med['engine']:>10.2f} {speedups[(jobs, padded)]:>7.2f}x"
+                f"{med['previous']:>15.2f} {med['engine']:>10.2f} {speedups[(jobs, padded)]:>7.2f}x "
+                f"{vs_conv[(jobs, padded)]:>7.2f}x"
             )
     print(" ".join(f"step_speedup_{jobs}={speedups[(jobs, False)]:.2f}" for jobs in STEP_JOBS))
+    print(" ".join(f"step_vs_conv_routed_{jobs}={vs_conv[(jobs, False)]:.2f}" for jobs in STEP_JOBS))
 
 
 def main() -> None:

@@ -14,9 +14,16 @@ samples, 1 thread). The backward pass is the ordinary autograd of these calls, s
 under ``vmap`` and takes the gradient of the summed job losses outside it (see
 :class:`~lit_asyncfl.engines.cohort_step._BatchedStep`).
 
-The values are those of the same operation on each job alone, up to float32 rounding of the convolutions' sums
-(another kernel order); max-pooling keeps the first maximum of a window in row-major order in both layouts, NaN
-included, so its gradient goes to the same sample.
+The same mode runs ``F.linear`` as one batched matrix product over the jobs (``baddbmm``, every sample of a job a
+row of its matrix, whatever the inner ``vmap`` levels) and ``F.cross_entropy`` with class-index targets on every
+job's rows at once, reduced per job (a mean over the samples whose target is not ``ignore_index``, as ``nll_loss``),
+where ``vmap``'s rules run a matrix product, a bias addition and, for the loss, a Python decomposition of some twenty
+operations forward and backward: one batched step of LeNet-5 made 1.2-1.35x faster with the step's own binding of
+the weights (``scripts/bench_engines.py --step``).
+
+The values are those of the same operation on each job alone, up to float32 rounding of the convolutions' and matrix
+products' sums (another kernel order); max-pooling keeps the first maximum of a window in row-major order in both
+layouts, NaN included, so its gradient goes to the same sample.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from torch.overrides import TorchFunctionMode
 _VMAP = functorch.TransformType.Vmap
 _CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 _POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+_LINEAR_ARGS = ("input", "weight", "bias")
+_CE_ARGS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
 
 
 def _vmap_levels() -> list[tuple[int, int]]:
@@ -53,10 +62,22 @@ def _physical(t: Tensor, levels: list[tuple[int, int]]) -> Tensor:
     for level, _ in reversed(levels):
         if functorch.is_batchedtensor(t) and functorch.maybe_get_level(t) == level:
             t, dim = functorch._unwrap_batched(t, level)
-            t = t.movedim(dim, 0)
+            if dim:  # (a movedim(0, 0) is an operation too, and a node of the backward graph)
+                t = t.movedim(dim, 0)
         else:
             t = t.unsqueeze(0)
     return t
+
+
+def _per_job(t: Tensor | None, levels: list[tuple[int, int]]) -> Tensor | None:
+    """``t`` (weights) without ``vmap``'s wrapper, its jobs first, where it is batched at the outermost level (the
+    jobs) and at no other; otherwise ``None``."""
+    if t is None or not functorch.is_batchedtensor(t) or functorch.maybe_get_level(t) != levels[0][0]:
+        return None
+    t, dim = functorch._unwrap_batched(t, levels[0][0])
+    if functorch.is_batchedtensor(t):  # batched at a level outside the vmap levels (not the step's)
+        return None
+    return t.movedim(dim, 0) if dim else t
 
 
 def _batched(t: Tensor, levels: list[tuple[int, int]]) -> Tensor:
@@ -100,8 +121,11 @@ def _bound(names: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
 
 class BatchedKernels(TorchFunctionMode):
     """While active around a ``vmap`` over stacked jobs, runs ``F.conv2d`` and ``F.max_pool2d`` on the jobs at once
-    in channels-last layout (see the module's docstring), on the CPU; every other call, and these where the route
-    does not apply, runs as usual.
+    in channels-last layout, and ``F.linear`` and ``F.cross_entropy`` on the jobs at once (see the module's
+    docstring), on the CPU; every other call, and these where the route does not apply, runs as usual. The linear
+    layer is routed where its weight (and bias) are batched over the jobs only and its input at every level; the
+    loss where its input is ``[samples, classes]`` and its class-index target ``[samples]`` for each job, batched at
+    every level, without class weights or label smoothing.
 
     Both are routed over 2 jobs or more (the outermost ``vmap`` level's size; a single job keeps ``vmap``'s own
     rule, which is its own operation): the convolution when its weights (and bias) are batched at the outermost
@@ -114,7 +138,8 @@ class BatchedKernels(TorchFunctionMode):
     layer cost more than the kernels gained (ResNet-20 with GroupNorm, 10 jobs: 1.6x slower than without routing;
     LeNet-5 and the convolutions of :class:`~lit_asyncfl.models.SimpleCNN` are routed). Only ``vmap`` may be on
     functorch's stack (the step takes the gradient outside ``vmap``, with ordinary autograd): under ``grad`` nothing
-    is routed. :attr:`routed` counts the routed calls by name (``"conv2d"``, ``"max_pool2d"``). A routed output is a
+    is routed. :attr:`routed` counts the routed calls by name (``"conv2d"``, ``"max_pool2d"``, ``"linear"``,
+    ``"cross_entropy"``). A routed convolution's or pooling's output is a
     view of a channels-last tensor, not contiguous: code that views it flat (``x.view(x.size(0), -1)``) raises, and
     the cohort engine then runs that module without these kernels (``CohortEngine.kernels_off_because``).
 
@@ -129,6 +154,13 @@ class BatchedKernels(TorchFunctionMode):
         (torch.Size([3, 2, 4, 2, 2]), {'conv2d': 1, 'max_pool2d': 1})
         >>> torch.allclose(y[1], F.max_pool2d(F.conv2d(x[1], w[1]), 2), atol=1e-6)
         True
+        >>> a, v, t = torch.randn(3, 5, 4), torch.randn(3, 2, 4), torch.randint(0, 2, (3, 5))
+        >>> with kernels:
+        ...     losses = vmap(lambda a, v, t: F.cross_entropy(F.linear(a, v), t))(a, v, t)
+        >>> kernels.routed["linear"], kernels.routed["cross_entropy"]
+        (1, 1)
+        >>> torch.allclose(losses[2], F.cross_entropy(F.linear(a[2], v[2]), t[2]))
+        True
     """
 
     def __init__(self) -> None:
@@ -142,6 +174,10 @@ class BatchedKernels(TorchFunctionMode):
             out = self._conv2d(**_bound(_CONV_ARGS, args, kwargs))
         elif func is F.max_pool2d:  # nn.MaxPool2d's call (torch.max_pool2d is not routed)
             out = self._max_pool2d(**_bound(_POOL_ARGS, args, kwargs))
+        elif func is F.linear:  # nn.Linear's call
+            out = self._linear(**_bound(_LINEAR_ARGS, args, kwargs))
+        elif func is F.cross_entropy:
+            out = self._cross_entropy(**_bound(_CE_ARGS, args, kwargs))
         return func(*args, **kwargs) if out is None else out
 
     def _conv2d(
@@ -161,22 +197,18 @@ class BatchedKernels(TorchFunctionMode):
         levels = _vmap_levels()
         if not levels or levels[0][1] < 2:  # one job: vmap's rule is the job's own convolution
             return None
-        x, w = _physical(input, levels), _physical(weight, levels)
-        b = None if bias is None else _physical(bias, levels)
+        x, w, b = _physical(input, levels), _per_job(weight, levels), _per_job(bias, levels)
         sizes = [size for _, size in levels]
         jobs, inner = sizes[0], len(levels) - 1
-        per_job = [w] if b is None else [w, b]
-        if list(x.shape[: inner + 1]) != sizes or any(
-            p.shape[0] != jobs or set(p.shape[1 : inner + 1]) - {1} for p in per_job
-        ):
+        if list(x.shape[: inner + 1]) != sizes or w is None or (b is None) != (bias is None):
             return None  # the input is not batched at some level, or the weights at another level than the jobs'
         grouped = _channels_last(x, inner)
         if grouped is None:
             return None
         y = F.conv2d(
             grouped,
-            w.flatten(0, inner + 1),
-            None if b is None else b.flatten(0, inner + 1),
+            w.flatten(0, 1),
+            None if b is None else b.flatten(),
             _pair(stride),
             _pair(padding),
             _pair(dilation),
@@ -212,3 +244,55 @@ class BatchedKernels(TorchFunctionMode):
         y = F.max_pool2d(grouped, kernel_size, stride, padding, dilation, ceil_mode)
         self.routed["max_pool2d"] += 1
         return _batched(_split(y, sizes[0], x.shape[1 : inner + 2]), levels)
+
+    def _linear(self, input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor | None:
+        if input.device.type != "cpu" or input.dim() < 1 or weight.dim() != 2:
+            return None
+        levels = _vmap_levels()
+        if not levels or levels[0][1] < 2:
+            return None
+        x, w, b = _physical(input, levels), _per_job(weight, levels), _per_job(bias, levels)  # w: [jobs, out, in]
+        sizes = [size for _, size in levels]
+        jobs = sizes[0]
+        if list(x.shape[: len(levels)]) != sizes or w is None or (b is None) != (bias is None):
+            return None
+        rows = x.reshape(jobs, -1, x.shape[-1])  # every sample of a job (all inner levels) is a row of its matrix
+        if b is None:
+            y = torch.bmm(rows, w.transpose(1, 2))
+        else:
+            y = torch.baddbmm(b.unsqueeze(1), rows, w.transpose(1, 2))
+        self.routed["linear"] += 1
+        return _batched(y.view(*x.shape[:-1], w.shape[1]), levels)
+
+    def _cross_entropy(
+        self,
+        input: Tensor,
+        target: Tensor,
+        weight: Tensor | None = None,
+        size_average: Any = None,
+        ignore_index: int = -100,
+        reduce: Any = None,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ) -> Tensor | None:
+        if weight is not None or size_average is not None or reduce is not None or label_smoothing != 0.0:
+            return None
+        if reduction not in ("mean", "sum", "none") or input.device.type != "cpu":
+            return None
+        if input.dim() != 2 or target.dim() != 1 or target.is_floating_point():  # class indices of [n, classes]
+            return None
+        levels = _vmap_levels()
+        if not levels or levels[0][1] < 2:
+            return None
+        x, t = _physical(input, levels), _physical(target, levels)
+        sizes = [size for _, size in levels]
+        if list(x.shape[: len(levels)]) != sizes or list(t.shape[: len(levels)]) != sizes:
+            return None
+        losses = F.cross_entropy(x.reshape(-1, x.shape[-1]), t.reshape(-1), ignore_index=ignore_index, reduction="none")
+        losses = losses.view(t.shape)  # [*levels, n], 0 where the target is ignore_index
+        if reduction == "sum":
+            losses = losses.sum(-1)
+        elif reduction == "mean":  # over the samples whose target is not ignore_index, as nll_loss
+            losses = losses.sum(-1) / (t != ignore_index).sum(-1).to(losses.dtype)
+        self.routed["cross_entropy"] += 1
+        return _batched(losses, levels)

@@ -1,7 +1,8 @@
 """The cohort engine's batched training step: the module's ``training_step`` run on many jobs' weights in one
-``vmap(functional_call(...))`` call whose gradient autograd takes outside ``vmap`` (inside it when compiled), what
-the module sees while it runs (``self.log`` and ``self.trainer`` stand-ins), and the padding of smaller batches with
-its exactness probe."""
+``vmap`` call (the jobs' weights bound in place of the module's parameters, as ``functional_call`` would, without its
+and ``torch.func.vmap``'s pytree processing) whose gradient autograd takes outside ``vmap`` (inside it, through
+``vmap(functional_call(...))``, when compiled), what the module sees while it runs (``self.log`` and ``self.trainer``
+stand-ins), and the padding of smaller batches with its exactness probe."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Any
 
 import lightning as L
 import torch
+import torch._C._functorch as functorch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
+from torch._functorch.vmap import lazy_load_decompositions
 from torch.func import functional_call, grad_and_value, vmap
 from torchmetrics import Metric
 
@@ -122,6 +125,24 @@ class _StandIns:
         module.log, module.log_dict = self.before  # type: ignore[method-assign]
 
 
+def _batch_dim(batch: Any, level: int) -> Any:
+    """``batch`` (a tensor, or a list or tuple of tensors, or any pytree) batched over its leading dimension at the
+    ``vmap`` level ``level``."""
+    if type(batch) is Tensor:
+        return functorch._add_batch_dim(batch, 0, level)
+    if type(batch) in (list, tuple) and all(type(leaf) is Tensor for leaf in batch):
+        return type(batch)(functorch._add_batch_dim(leaf, 0, level) for leaf in batch)
+    return pytree.tree_map(lambda leaf: functorch._add_batch_dim(leaf, 0, level), batch)
+
+
+def _unbatched(value: Any, level: int, size: int) -> Tensor:
+    """An output of a function ``vmap``-ed at ``level`` over ``size`` jobs with its batch dimension first, as
+    ``vmap`` returns it (a tensor not batched at that level is expanded)."""
+    if not isinstance(value, Tensor):
+        raise ValueError(f"training_step must return and log tensors under engine='cohort', got {type(value)}")
+    return functorch._remove_batch_dim(value, level, size, 0)
+
+
 class _BatchedStep:
     """The module's ``training_step`` on the weights of many jobs at once: for ``k`` jobs' stacked weights and their
     ``k`` batches, the gradients, losses and logged values of every job in one batched call.
@@ -143,6 +164,14 @@ class _BatchedStep:
         self.module = _TrainingStep(module)
         self.flat, self.device = flat, device
         self.names = [f"m.{name}" for name, _ in module.named_parameters()]
+        # Where each parameter sits (every alias of a tied one), to bind a job's weights in place of the module's for
+        # one batched call (what functional_call does, without its name lookups and pytree: 5% of a step of 5 jobs).
+        index = {id(p): i for i, p in enumerate(module.parameters())}
+        self._slots = []
+        for name, p in module.named_parameters(remove_duplicate=False):
+            owner, _, attr = name.rpartition(".")
+            self._slots.append((module.get_submodule(owner), attr, index[id(p)]))
+        lazy_load_decompositions()  # vmap's Python batching rules, which torch.func.vmap loads at its first call
         self.shapes = [p.shape for p in flat.params]
         self.metrics = [m for m in module.modules() if isinstance(m, Metric)]
         for metric in self.metrics:  # one state per job cannot be batched: refused at fit start (step_refusal)
@@ -167,14 +196,15 @@ class _BatchedStep:
                 dynamic=True,
             )
         else:
-            self.step = self._gradients(vmap(self.loss, in_dims=(0, 0, None), randomness="different"))
-            self.padded_step = self._gradients(vmap(self.padded_loss, in_dims=(0, 0, 0, None), randomness="different"))
+            self.step = self._gradients(self._batched_loss)
+            self.padded_step = self._gradients(self._batched_padded_loss)
 
     def _gradients(self, batched: Any) -> Any:
-        """The step of the jobs' ``batched`` losses (a ``vmap`` of :meth:`loss` or :meth:`padded_loss`): their
-        forward under ``vmap`` with the routed kernels (:class:`~lit_asyncfl.engines.cohort_kernels.BatchedKernels`),
-        recorded by ordinary autograd, and the gradient of the sum of the jobs' losses, whose part in a job's
-        weights is that job's gradient (the jobs do not interact). Returns what ``vmap(grad_and_value(...,
+        """The step of the jobs' ``batched`` losses (:meth:`_batched_loss` or :meth:`_batched_padded_loss`, the
+        parameters a list in the order of :attr:`names`): their forward under ``vmap`` with the routed kernels
+        (:class:`~lit_asyncfl.engines.cohort_kernels.BatchedKernels`), recorded by ordinary autograd, and the
+        gradient of the sum of the jobs' losses, whose part in a job's weights is that job's gradient (the jobs do
+        not interact). Returns what ``vmap(grad_and_value(...,
         has_aux=True))`` would: the gradients by name, and the losses and logged values, detached.
 
         The routed kernels hand ``vmap`` views of channels-last tensors, which some user code cannot take (e.g.
@@ -184,10 +214,10 @@ class _BatchedStep:
 
         def run(params: dict[str, Tensor], args: tuple[Any, ...], kernels: Any) -> Any:
             leaves = {name: p.detach().requires_grad_() for name, p in params.items()}
+            inputs = list(leaves.values())
             with torch.enable_grad():
                 with kernels:
-                    loss, logged = batched(leaves, *args)
-                inputs = list(leaves.values())
+                    loss, logged = batched(inputs, *args)
                 grads = (
                     torch.autograd.grad(loss.sum(), inputs, allow_unused=True, materialize_grads=True)
                     if loss.requires_grad
@@ -247,6 +277,69 @@ class _BatchedStep:
         """A context in which the module's ``self.log`` collects into this step and ``self.trainer`` is
         ``trainer``."""
         return _StandIns(self.module, trainer)
+
+    def _call_bound(self, params: Sequence[Tensor], batch: Any, batch_idx: int) -> tuple[Tensor, dict[str, Tensor]]:
+        """``training_step`` on ``batch`` with the module's parameters replaced by ``params`` (in the order of
+        :attr:`names`) for the call, as ``functional_call`` would."""
+        before = self._bind(params)
+        try:
+            return self.module(batch, batch_idx)
+        finally:
+            self._unbind(before)
+
+    def _bind(self, params: Sequence[Tensor]) -> list[tuple[dict[str, Any], str, Any]]:
+        """Put ``params`` (in the order of :attr:`names`) in place of the module's parameters, under every name of
+        each (a tied parameter has several); returns what :meth:`_unbind` puts back."""
+        before = [(owner._parameters, attr, owner._parameters[attr]) for owner, attr, _ in self._slots]
+        for owner, attr, i in self._slots:
+            owner._parameters[attr] = params[i]  # type: ignore[assignment]
+        return before
+
+    @staticmethod
+    def _unbind(before: list[tuple[dict[str, Any], str, Any]]) -> None:
+        for slots, attr, p in before:
+            slots[attr] = p
+
+    def _batched_loss(self, params: list[Tensor], batch: Any, batch_idx: int) -> tuple[Tensor, dict[str, Tensor]]:
+        """:meth:`loss` of each job, ``vmap``-ed over the jobs (the leading dimension of ``params`` and ``batch``):
+        what ``vmap(self.loss, in_dims=(0, 0, None), randomness="different")`` computes, without its pytree
+        processing of the arguments (a tenth of a step of 5 jobs)."""
+        jobs = params[0].shape[0]
+        level = functorch._vmap_increment_nesting(jobs, "different")
+        try:
+            inner = [functorch._add_batch_dim(p, 0, level) for p in params]
+            loss, logged = self._call_bound(inner, _batch_dim(batch, level), batch_idx)
+            return _unbatched(loss, level, jobs), {name: _unbatched(v, level, jobs) for name, v in logged.items()}
+        finally:
+            functorch._vmap_decrement_nesting()
+
+    def _batched_padded_loss(
+        self, params: list[Tensor], batch: Any, weights: Tensor, batch_idx: int
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """:meth:`padded_loss` of each job, ``vmap``-ed over the jobs as :meth:`_batched_loss`."""
+        jobs = params[0].shape[0]
+        level = functorch._vmap_increment_nesting(jobs, "different")
+        try:
+            inner = [functorch._add_batch_dim(p, 0, level) for p in params]
+            batch, weights = _batch_dim(batch, level), functorch._add_batch_dim(weights, 0, level)
+            before = self._bind(inner)
+            try:
+                samples = weights.shape[0]
+                inner_level = functorch._vmap_increment_nesting(samples, "different")
+                try:  # training_step on each sample alone: each leaf of the batch given its batch dimension back
+                    single = pytree.tree_map(lambda leaf: functorch._add_batch_dim(leaf, 0, inner_level)[None], batch)
+                    losses, logged = self.module(single, batch_idx)
+                    losses = _unbatched(losses, inner_level, samples)
+                    logged = {name: _unbatched(v, inner_level, samples) for name, v in logged.items()}
+                finally:
+                    functorch._vmap_decrement_nesting()
+            finally:
+                self._unbind(before)
+            loss = (losses * weights).sum()
+            logged = {name: (value * weights).sum() for name, value in logged.items()}
+            return _unbatched(loss, level, jobs), {name: _unbatched(v, level, jobs) for name, v in logged.items()}
+        finally:
+            functorch._vmap_decrement_nesting()
 
     def loss(self, params: dict[str, Tensor], batch: Any, batch_idx: int) -> tuple[Tensor, Any]:
         """``training_step`` on ``batch`` at the weights ``params``: the loss and what it logged."""

@@ -141,3 +141,73 @@ def test_where_the_route_does_not_apply_vmaps_own_rules_run():
         F.max_pool2d(F.conv2d(x[0], w[0]), 2)
     assert not kernels.routed
     torch.testing.assert_close(y[1], F.conv2d(x[1], w[1], padding="same"))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_layers_and_the_cross_entropy_run_over_the_jobs_at_once_and_exact(reduction, bias):
+    """F.linear as one batched matrix product over the jobs (any leading dimensions) and F.cross_entropy on every
+    job's rows at once, reduced per job: each job's loss and gradients equal plain autograd on that job alone
+    (1e-12), ignore_index included (the mean is over the samples not ignored, as nll_loss)."""
+    torch.manual_seed(5)
+    jobs, dtype = 4, torch.float64
+    x = torch.randn(jobs, 6, 2, 7, dtype=dtype, requires_grad=True)
+    w = torch.randn(jobs, 3, 7, dtype=dtype, requires_grad=True)
+    b = torch.randn(jobs, 3, dtype=dtype, requires_grad=True) if bias else None
+    y = torch.randint(0, 3, (jobs, 12))
+    y[0, 1] = y[2, 5] = -100
+
+    def loss(x, w, b, y):
+        return F.cross_entropy(F.linear(F.linear(x, w, b).reshape(12, 3).tanh(), w[:, :3]), y, reduction=reduction)
+
+    kernels = BatchedKernels()
+    with kernels:
+        losses = vmap(loss, in_dims=(0, 0, 0 if bias else None, 0))(x, w, b, y)
+    assert kernels.routed == {"linear": 2, "cross_entropy": 1}
+    inputs = [x, w] + ([b] if bias else [])
+    grads = torch.autograd.grad(losses.sum(), inputs)
+    for j in range(jobs):
+        alone = [t[j].detach().clone().requires_grad_() for t in inputs]
+        want = loss(alone[0], alone[1], alone[2] if bias else None, y[j])
+        torch.testing.assert_close(losses[j], want, rtol=0, atol=1e-12)
+        for got, want_grad in zip(grads, torch.autograd.grad(want.sum(), alone)):
+            torch.testing.assert_close(got[j], want_grad, rtol=0, atol=1e-12)
+
+
+def test_linear_and_cross_entropy_in_the_nested_vmap_over_samples_are_routed_and_exact():
+    """The padded step's inner vmap over single samples: weights batched at the outer level only."""
+    torch.manual_seed(6)
+    x, y = torch.randn(3, 5, 8, dtype=torch.float64), torch.randint(0, 4, (3, 5))
+    w = torch.randn(3, 4, 8, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+
+    def job_loss(x, y, w, b):
+        return vmap(lambda s, t: F.cross_entropy(F.linear(s[None], w, b), t[None]))(x, y).mean()
+
+    kernels = BatchedKernels()
+    with kernels:
+        losses = vmap(job_loss)(x, y, w, b)
+    assert kernels.routed == {"linear": 1, "cross_entropy": 1}
+    got = torch.autograd.grad(losses.sum(), [w, b])
+    for j in range(3):
+        wj, bj = w[j].detach().clone().requires_grad_(), b[j].detach().clone().requires_grad_()
+        want = F.cross_entropy(F.linear(x[j], wj, bj), y[j])
+        torch.testing.assert_close(losses[j], want, rtol=0, atol=1e-12)
+        for g, want_grad in zip(got, torch.autograd.grad(want, [wj, bj])):
+            torch.testing.assert_close(g[j], want_grad, rtol=0, atol=1e-12)
+
+
+def test_cross_entropy_options_the_route_does_not_cover_run_vmaps_rules():
+    """Class weights, label smoothing, probability targets, an input not batched over the jobs, a weight batched
+    at an inner level only: not routed, the usual values."""
+    torch.manual_seed(7)
+    x, y, w = torch.randn(3, 5, 4), torch.randint(0, 4, (3, 5)), torch.randn(3, 4, 6)
+    kernels = BatchedKernels()
+    with kernels:
+        a = vmap(lambda x, y: F.cross_entropy(x, y, weight=torch.ones(4)))(x, y)
+        vmap(lambda x, y: F.cross_entropy(x, y, label_smoothing=0.1))(x, y)
+        vmap(lambda x, p: F.cross_entropy(x, p))(x, x.softmax(-1))
+        vmap(lambda w: F.linear(x[0], w))(w.transpose(1, 2))  # the input is the same for every job
+        vmap(lambda s: vmap(lambda v: F.linear(s, v))(w.transpose(1, 2)))(x[0])  # weights batched inside only
+    assert not kernels.routed
+    torch.testing.assert_close(a[1], F.cross_entropy(x[1], y[1]))

@@ -90,10 +90,14 @@ def test_unequal_shards_train_in_one_call_per_step_with_the_fast_engines_weights
         assert calls.sizes == [sum(s > k for s in total) for k in range(max(total))]
     else:  # E > 1: jobs of unequal shards are at other epochs and batch indices: grouped by them (documented)
         assert len(calls.sizes) < sum(total)
-    # Both convolutions of every call of 2 jobs or more ran channels-last over the jobs (cohort_kernels); a single
-    # job ran vmap's own rule.
-    assert cohort.batched.kernels.routed == {"conv2d": 2 * sum(k > 1 for k in calls.sizes)} | {
-        "max_pool2d": 2 * sum(k > 1 for k in calls.sizes)
+    # Both convolutions and poolings, the three linear layers and the loss of every call of 2 jobs or more ran over
+    # the jobs at once (cohort_kernels); a single job ran vmap's own rules.
+    batched = sum(k > 1 for k in calls.sizes)
+    assert cohort.batched.kernels.routed == {
+        "conv2d": 2 * batched,
+        "max_pool2d": 2 * batched,
+        "linear": 3 * batched,
+        "cross_entropy": batched,
     }
     for j, w0, update in zip(jobs, starts, updates):
         expected = fast.train(j, w0)

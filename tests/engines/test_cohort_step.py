@@ -137,3 +137,28 @@ def test_a_redone_step_draws_what_a_step_without_the_kernels_draws(shards):
             assert "view" in cohort.kernels_off_because  # the first routed step raised and was redone
     for redone, reference in zip(*results):
         assert torch.equal(redone, reference)
+
+
+class TiedNet(LeNet5):
+    """LeNet-5 whose second hidden layer reuses the first's weight (a tied parameter, two names for one tensor)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.square = torch.nn.Linear(64, 64)
+        self.square2 = torch.nn.Linear(64, 64)
+        self.square2.weight = self.square.weight
+
+    def forward(self, x):
+        x = self.net[0](x)
+        x = self.square2(torch.relu(self.square(x))).relu()
+        for layer in list(self.net)[1:]:
+            x = layer(x)
+        return x
+
+
+def test_a_tied_parameter_is_bound_under_every_name_like_fast(shards):
+    """The batched step binds each job's weights in place of the module's (as functional_call): a tied parameter
+    under both of its names, or one layer would train on the module's own weights (not the job's)."""
+    torch.manual_seed(0)
+    cohort, _ = train_both(TiedNet(lr=0.05).double(), shards)
+    assert cohort.kernels_off_because is None and cohort.batched.kernels.routed["linear"]
