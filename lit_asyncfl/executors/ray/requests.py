@@ -133,7 +133,7 @@ class _Requests(_Placement):
             heapq.heappush(self._waiting, (task.key, next(self._order), task))
             self._place()
             return self._collect(job_id, merged=True)
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.thread_time()
         try:
             with self._like_a_worker():
                 if worker < 0:  # parked here: on its own engine (which forgets the job if the merge raises)
@@ -144,6 +144,7 @@ class _Requests(_Placement):
             return _Failed(error)
         finally:
             self.stats["local_seconds"] += time.perf_counter() - began
+            self.stats["local_cpu_seconds"] += time.thread_time() - cpu
         self.stats["merges_here"] += fresh is not None
         self.stats["merges_from_state"] += fresh is not None and worker >= 0
         del self._parked[job_id]
