@@ -761,3 +761,67 @@ def test_the_final_evaluation_lets_each_worker_train_the_rests_the_last_checkpoi
     [((rests, others), (rests_after, others_after), busy)] = seen
     assert rests > 0 and rests_after == 0 and others_after == others and busy > 1
     assert torch.equal(global_weights(on_ray), global_weights(sequential))
+
+
+class CountedSteps:
+    """The local steps each job's tasks add to an executor's ``worker_steps`` and ``local_steps`` (the tasks received
+    from the workers, and those this process trained), and each dispatched job's ``num_steps`` (the simulator's)."""
+
+    def __init__(self, executor):
+        self.counted, self.planned, submit = {}, {}, executor.submit
+
+        def stats():
+            return executor.stats["worker_steps"] + executor.stats["local_steps"]
+
+        def submitted(job, start):
+            self.planned[job.job_id] = job.num_steps
+            submit(job, start)
+
+        def spied(method):
+            def spy(shipped):
+                [job_id], before = shipped.batch, stats()
+                method(shipped)
+                self.counted[job_id] = self.counted.get(job_id, 0) + stats() - before
+
+            return spy
+
+        executor.submit = submitted
+        executor._receive, executor._train_here = spied(executor._receive), spied(executor._train_here)
+
+
+@pytest.mark.parametrize("train_locally", [False, True])
+def test_the_stats_count_each_trained_job_steps_once_and_its_cpu_time_within_its_time(tmp_path, cluster, train_locally):
+    """``worker_steps + local_steps`` is the sum of the trained jobs' ``num_steps`` (a job counted once, whole), and
+    the trainers' CPU time (``time.thread_time``) is positive and within their time."""
+    executor = RayExecutor(num_workers=1, train_locally=train_locally)
+    steps = CountedSteps(executor)
+    fit(tmp_path, "fedasync", executor, num_clients=40, max_versions=20)
+    stats = executor.stats
+    assert steps.counted and all(steps.counted[k] == steps.planned[k] for k in steps.counted)
+    assert stats["worker_steps"] + stats["local_steps"] == sum(steps.planned[k] for k in steps.counted)
+    assert isinstance(stats["worker_steps"], int) and isinstance(stats["local_steps"], int)
+    assert 0 < stats["worker_cpu_seconds"] <= stats["worker_seconds"] + 1e-3
+    if train_locally:
+        assert stats["jobs_trained_locally"] > 0 and stats["local_steps"] > 0
+        assert 0 < stats["local_cpu_seconds"] <= stats["local_seconds"] + 1e-3
+
+
+class ConsumedJobs(Callback):
+    def __init__(self):
+        self.jobs = []
+
+    def on_client_update(self, trainer, update, aggregated):
+        self.jobs.append(update.job)
+
+
+def test_a_fedasmu_job_in_parts_counts_its_steps_once_and_its_merges_here_their_cpu_time(tmp_path, cluster):
+    """A job trained in parts around its request counts its ``num_steps`` (its merge trains no step), and the merges
+    computed here count in ``local_cpu_seconds`` as in ``local_seconds``."""
+    executor = RayExecutor(num_workers=2)
+    steps, consumed = CountedSteps(executor), ConsumedJobs()
+    fit(tmp_path, merging_fedasmu(), executor, max_versions=20, callbacks=[consumed])
+    stats = executor.stats
+    parts = [job for job in consumed.jobs if job.request_step is not None]
+    assert parts and all(steps.counted[job.job_id] == job.num_steps for job in consumed.jobs)
+    assert stats["merges_here"] > 0 and stats["merges_on_workers"] > 0  # (both ways, as in the test above)
+    assert 0 < stats["local_cpu_seconds"] <= stats["local_seconds"] + 1e-3

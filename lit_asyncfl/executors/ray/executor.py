@@ -324,11 +324,12 @@ class RayExecutor(_Requests):
         self._here, self._merge_runner = self._runners(make_trainer, callbacks)
         self.stats = dict.fromkeys(
             ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
-             "max_results_waiting", "merges_here", "merges_from_state", "merges_on_workers"), 0,
+             "max_results_waiting", "merges_here", "merges_from_state", "merges_on_workers", "worker_steps",
+             "local_steps"), 0,
         )  # fmt: skip
         self.stats.update(dict.fromkeys(
             ("worker_seconds", "local_seconds", "wait_seconds", "request_seconds", "worker_cpu_seconds",
-             "local_cpu_seconds", "worker_steps", "local_steps"), 0.0,
+             "local_cpu_seconds"), 0.0,
         ))  # fmt: skip
         return self
 
