@@ -748,18 +748,21 @@ def test_the_final_evaluation_lets_each_worker_train_the_rests_the_last_checkpoi
     def watched():
         def waiting():
             rests = [entry[2] for entry in executor._waiting if entry[2].part == 2 and entry[2].worker >= 0]
-            return len(rests), len(executor._waiting) - len(rests)
+            return rests, len(executor._waiting) - len(rests)
 
-        before = waiting()
+        (rests, others), busy = waiting(), executor._busy[0]
         place_rests()
-        seen.append((before, waiting(), executor._busy[0]))
+        running = {id(task): task.worker for task in executor._running.values()}
+        placed = [running.get(id(rest)) == rest.worker == 0 for rest in rests]
+        seen.append((len(rests), others, waiting(), executor._busy[0] - busy, placed))
 
     executor._place_rests = watched
     sequential = fit(tmp_path / "seq", merging_fedasmu(), max_versions=13)
     on_ray = fit(tmp_path / "ray", merging_fedasmu(), executor, max_versions=13)
     assert len(seen) == 1  # (only the final evaluation: the others give the workers what they can train meanwhile)
-    [((rests, others), (rests_after, others_after), busy)] = seen
-    assert rests > 0 and rests_after == 0 and others_after == others and busy > 1
+    [(rests, others, (rests_after, others_after), added, placed)] = seen
+    # every rest is now placed on its worker, however far that worker got meanwhile (added: tasks placed on it)
+    assert rests > 0 and rests_after == [] and others_after == others and added == rests and all(placed)
     assert torch.equal(global_weights(on_ray), global_weights(sequential))
 
 
