@@ -828,3 +828,27 @@ def test_a_fedasmu_job_in_parts_counts_its_steps_once_and_its_merges_here_their_
     assert parts and all(steps.counted[job.job_id] == job.num_steps for job in consumed.jobs)
     assert stats["merges_here"] > 0 and stats["merges_on_workers"] > 0  # (both ways, as in the test above)
     assert 0 < stats["local_cpu_seconds"] <= stats["local_seconds"] + 1e-3
+
+
+def test_the_final_evaluation_gives_the_workers_the_rest_of_a_job_whose_worker_died():
+    """A rest whose worker died is trained again whole (part 0, with its answer) on the next free worker: the final
+    evaluation places it too; jobs before their request and rests parked here stay waiting."""
+    from lit_asyncfl.core.update import ClientJob, JobTiming
+    from lit_asyncfl.executors.ray.placement import _Shipped
+
+    def task(job_id, part, worker=-1, request_step=2):
+        job = ClientJob(job_id, 0, 0, 0.0, JobTiming(0, 1, 0), seed=0, local_epochs=1, num_steps=4,
+                        request_step=request_step)  # fmt: skip
+        shipped = _Shipped([job_id], float(job_id), jobs=[job], starts=[torch.zeros(1)], part=part)
+        shipped.worker = worker
+        return shipped
+
+    executor = RayExecutor(num_workers=1)
+    tasks = {"rest": task(0, 2, worker=0), "again": task(1, 0), "before": task(2, 1), "here": task(3, 2),
+             "plain": task(4, 0, request_step=None)}  # fmt: skip
+    executor._waiting = [(t.key, i, t) for i, t in enumerate(tasks.values())]
+    placed = []
+    executor._place = lambda reserve=0.0: placed.extend(entry[2] for entry in executor._waiting)
+    executor._place_rests()
+    assert sorted(id(t) for t in placed) == sorted(id(tasks[name]) for name in ("rest", "again"))
+    assert len(executor._waiting) == 5  # (here nothing was placed: the rests stay with the others)
