@@ -852,3 +852,43 @@ def test_the_final_evaluation_gives_the_workers_the_rest_of_a_job_whose_worker_d
     executor._place_rests()
     assert sorted(id(t) for t in placed) == sorted(id(tasks[name]) for name in ("rest", "again"))
     assert len(executor._waiting) == 5  # (here nothing was placed: the rests stay with the others)
+
+
+def test_the_workers_runtime_env_leaves_a_variable_the_job_runtime_env_sets_as_the_user_set_it():
+    """Ray merges an actor's env_vars over the job's, so the executor's own (result size, niceness) would override a
+    user's setting of the same variable: it sets only those the job's runtime environment leaves unset."""
+    from lit_asyncfl.executors.ray.executor import RESULT_RUNTIME_ENV, WORKER_RUNTIME_ENV, _worker_env_vars
+
+    ours = {**RESULT_RUNTIME_ENV["env_vars"], **WORKER_RUNTIME_ENV["env_vars"]}
+    assert _worker_env_vars(None, train_locally=True) == ours
+    assert _worker_env_vars({}, train_locally=False) == RESULT_RUNTIME_ENV["env_vars"]
+    user = {"RAY_worker_niceness": "5", "RAY_max_direct_call_object_size": "1024", "OTHER": "1"}
+    assert _worker_env_vars(user, train_locally=True) == {}
+    assert _worker_env_vars({"RAY_worker_niceness": "5"}, train_locally=True) == RESULT_RUNTIME_ENV["env_vars"]
+
+
+def test_the_workers_get_the_job_runtime_env_variables_the_executor_also_sets(tmp_path, cluster, monkeypatch):
+    """A run reads the job's runtime environment (``ray.get_runtime_context().runtime_env``) to leave the user's
+    variables alone: the workers' actor options then omit them."""
+    context = ray.get_runtime_context()
+    job_env = {"env_vars": {"RAY_max_direct_call_object_size": "1024"}}
+
+    class Context:
+        runtime_env = job_env
+
+        def __getattr__(self, name):
+            return getattr(context, name)
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
+    seen = []
+    remote = ray.remote
+
+    def watched(*args, **kwargs):
+        seen.append(kwargs.get("runtime_env"))
+        return remote(*args, **kwargs)
+
+    monkeypatch.setattr(ray, "remote", watched)
+    executor = RayExecutor(num_workers=1, reuse_workers=False)
+    executor.start(lambda device: None, torch.device("cpu"))
+    executor.stop()
+    assert seen == [{"env_vars": {}}]
