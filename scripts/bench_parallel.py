@@ -312,10 +312,36 @@ def fit(name: str, versions: int, executor: Any) -> tuple[float, int, torch.Tens
         end = time.perf_counter()
     weights = torch.cat([p.detach().flatten() for p in model.state_dict().values() if p.is_floating_point()])
     stats = dict(trainer.summary.get("executor", {}))
+    # (the trainers' intra-op threads: the CPU time per step counts only the thread running a task)
+    stats["threads"] = getattr(executor, "num_threads", None) or trainer.effective_num_threads
     if span.first is not None:
         stats["fixed_seconds"] = (span.first - start) + (end - span.last)
         stats["ray_cpu_seconds"] = ray_cpu_seconds() - span.ray_cpu  # (from the first job; its training included)
     return end - start, trainer.summary["updates_received"], weights, stats
+
+
+def cpu_per_step(stats: dict[str, float], trace: Trace, extra: list[float], ray_updates: int) -> None:
+    """Print a Ray run's CPU time per local step against the sequential run's (``trace``) and append its extra share
+    to ``extra``. The CPU times are ``time.thread_time()``, the thread that runs a task only: they mean something
+    only with one intra-op thread on CPU workers (the caller prints this only then)."""
+    cpu_step = (stats["worker_cpu_seconds"] + stats["local_cpu_seconds"]) / max(
+        stats["worker_steps"] + stats["local_steps"], 1
+    )
+    seq_step = trace.cpu_seconds / max(trace.steps, 1)
+    extra.append(cpu_step / seq_step - 1)
+    print(
+        f"    CPU time per local step: sequential {seq_step * 1e3:.2f} ms; Ray "
+        f"{stats['worker_cpu_seconds'] / max(stats['worker_steps'], 1) * 1e3:.2f} ms on the workers"
+        + (f", {stats['local_cpu_seconds'] / stats['local_steps'] * 1e3:.2f} ms here" if stats["local_steps"] else "")
+        + f" ({cpu_step / seq_step - 1:+.0%}: computing beside the other trainers, not counting waits for a core)"
+        + (
+            "; from the first job on, Ray's processes besides training used "
+            f"{(stats['ray_cpu_seconds'] - stats['worker_cpu_seconds']) / max(ray_updates, 1) * 1e3:.1f} "
+            "ms of CPU per update (raylet, GCS, agents, the workers' task handling, idle workers)"
+            if stats["ray_cpu_seconds"] > 0  # (0: not readable here)
+            else ""
+        )
+    )
 
 
 def main() -> None:
@@ -406,30 +432,8 @@ def main() -> None:
                     + (f", {stats['local_seconds'] / here * 1e3:.0f} ms here ({here} jobs)" if here else "")
                     + " on average"
                 )
-                cpu_step = (stats["worker_cpu_seconds"] + stats["local_cpu_seconds"]) / max(
-                    stats["worker_steps"] + stats["local_steps"], 1
-                )
-                seq_step = trace.cpu_seconds / max(trace.steps, 1)
-                if index == 0:
-                    steps[name].append(cpu_step / seq_step - 1)
-                print(
-                    f"    CPU time per local step: sequential {seq_step * 1e3:.2f} ms; Ray "
-                    f"{stats['worker_cpu_seconds'] / max(stats['worker_steps'], 1) * 1e3:.2f} ms on the workers"
-                    + (
-                        f", {stats['local_cpu_seconds'] / stats['local_steps'] * 1e3:.2f} ms here"
-                        if stats["local_steps"]
-                        else ""
-                    )
-                    + f" ({cpu_step / seq_step - 1:+.0%}: computing beside the other trainers, not counting waits for "
-                    "a core)"
-                    + (
-                        "; from the first job on, Ray's processes besides training used "
-                        f"{(stats['ray_cpu_seconds'] - stats['worker_cpu_seconds']) / max(ray_updates, 1) * 1e3:.1f} "
-                        "ms of CPU per update (raylet, GCS, agents, the workers' task handling, idle workers)"
-                        if stats["ray_cpu_seconds"] > 0  # (0: not readable here)
-                        else ""
-                    )
-                )
+                if stats["threads"] == 1 and args.gpus_per_worker == 0:  # (thread_time: one thread, on CPUs)
+                    cpu_per_step(stats, trace, steps[name] if index == 0 else [], ray_updates)
                 if stats.get("request_seconds"):  # (jobs with a request: FedASMU)
                     print(
                         f"    at request events this process waited (or trained) {stats['request_seconds']:.1f}s in "
@@ -447,6 +451,8 @@ def main() -> None:
         "CPU time in the loops at once"
     )
     for name in names:
+        if not steps[name]:  # (not measured: more than one intra-op thread, or GPU workers)
+            continue
         print(
             f"a local step of {name} took {statistics.median(steps[name]):+.0%} CPU time on Ray "
             f"({next(iter(configurations))}) against sequentially (median): beside the limit's {slower:+.0%}, what "

@@ -748,16 +748,147 @@ def test_the_final_evaluation_lets_each_worker_train_the_rests_the_last_checkpoi
     def watched():
         def waiting():
             rests = [entry[2] for entry in executor._waiting if entry[2].part == 2 and entry[2].worker >= 0]
-            return len(rests), len(executor._waiting) - len(rests)
+            return rests, len(executor._waiting) - len(rests)
 
-        before = waiting()
+        (rests, others), busy = waiting(), executor._busy[0]
         place_rests()
-        seen.append((before, waiting(), executor._busy[0]))
+        running = {id(task): task.worker for task in executor._running.values()}
+        placed = [running.get(id(rest)) == rest.worker == 0 for rest in rests]
+        seen.append((len(rests), others, waiting(), executor._busy[0] - busy, placed))
 
     executor._place_rests = watched
     sequential = fit(tmp_path / "seq", merging_fedasmu(), max_versions=13)
     on_ray = fit(tmp_path / "ray", merging_fedasmu(), executor, max_versions=13)
     assert len(seen) == 1  # (only the final evaluation: the others give the workers what they can train meanwhile)
-    [((rests, others), (rests_after, others_after), busy)] = seen
-    assert rests > 0 and rests_after == 0 and others_after == others and busy > 1
+    [(rests, others, (rests_after, others_after), added, placed)] = seen
+    # every rest is now placed on its worker, however far that worker got meanwhile (added: tasks placed on it)
+    assert rests > 0 and rests_after == [] and others_after == others and added == rests and all(placed)
     assert torch.equal(global_weights(on_ray), global_weights(sequential))
+
+
+class CountedSteps:
+    """The local steps each job's tasks add to an executor's ``worker_steps`` and ``local_steps`` (the tasks received
+    from the workers, and those this process trained), and each dispatched job's ``num_steps`` (the simulator's)."""
+
+    def __init__(self, executor):
+        self.counted, self.planned, submit = {}, {}, executor.submit
+
+        def stats():
+            return executor.stats["worker_steps"] + executor.stats["local_steps"]
+
+        def submitted(job, start):
+            self.planned[job.job_id] = job.num_steps
+            submit(job, start)
+
+        def spied(method):
+            def spy(shipped):
+                [job_id], before = shipped.batch, stats()
+                method(shipped)
+                self.counted[job_id] = self.counted.get(job_id, 0) + stats() - before
+
+            return spy
+
+        executor.submit = submitted
+        executor._receive, executor._train_here = spied(executor._receive), spied(executor._train_here)
+
+
+@pytest.mark.parametrize("train_locally", [False, True])
+def test_the_stats_count_each_trained_job_steps_once_and_its_cpu_time_within_its_time(tmp_path, cluster, train_locally):
+    """``worker_steps + local_steps`` is the sum of the trained jobs' ``num_steps`` (a job counted once, whole), and
+    the trainers' CPU time (``time.thread_time``) is positive and within their time."""
+    executor = RayExecutor(num_workers=1, train_locally=train_locally)
+    steps = CountedSteps(executor)
+    fit(tmp_path, "fedasync", executor, num_clients=40, max_versions=20)
+    stats = executor.stats
+    assert steps.counted and all(steps.counted[k] == steps.planned[k] for k in steps.counted)
+    assert stats["worker_steps"] + stats["local_steps"] == sum(steps.planned[k] for k in steps.counted)
+    assert isinstance(stats["worker_steps"], int) and isinstance(stats["local_steps"], int)
+    assert 0 < stats["worker_cpu_seconds"] <= stats["worker_seconds"] + 1e-3
+    if train_locally:
+        assert stats["jobs_trained_locally"] > 0 and stats["local_steps"] > 0
+        assert 0 < stats["local_cpu_seconds"] <= stats["local_seconds"] + 1e-3
+
+
+class ConsumedJobs(Callback):
+    def __init__(self):
+        self.jobs = []
+
+    def on_client_update(self, trainer, update, aggregated):
+        self.jobs.append(update.job)
+
+
+def test_a_fedasmu_job_in_parts_counts_its_steps_once_and_its_merges_here_their_cpu_time(tmp_path, cluster):
+    """A job trained in parts around its request counts its ``num_steps`` (its merge trains no step), and the merges
+    computed here count in ``local_cpu_seconds`` as in ``local_seconds``."""
+    executor = RayExecutor(num_workers=2)
+    steps, consumed = CountedSteps(executor), ConsumedJobs()
+    fit(tmp_path, merging_fedasmu(), executor, max_versions=20, callbacks=[consumed])
+    stats = executor.stats
+    parts = [job for job in consumed.jobs if job.request_step is not None]
+    assert parts and all(steps.counted[job.job_id] == job.num_steps for job in consumed.jobs)
+    assert stats["merges_here"] > 0 and stats["merges_on_workers"] > 0  # (both ways, as in the test above)
+    assert 0 < stats["local_cpu_seconds"] <= stats["local_seconds"] + 1e-3
+
+
+def test_the_final_evaluation_gives_the_workers_the_rest_of_a_job_whose_worker_died():
+    """A rest whose worker died is trained again whole (part 0, with its answer) on the next free worker: the final
+    evaluation places it too; jobs before their request and rests parked here stay waiting."""
+    from lit_asyncfl.core.update import ClientJob, JobTiming
+    from lit_asyncfl.executors.ray.placement import _Shipped
+
+    def task(job_id, part, worker=-1, request_step=2):
+        job = ClientJob(job_id, 0, 0, 0.0, JobTiming(0, 1, 0), seed=0, local_epochs=1, num_steps=4,
+                        request_step=request_step)  # fmt: skip
+        shipped = _Shipped([job_id], float(job_id), jobs=[job], starts=[torch.zeros(1)], part=part)
+        shipped.worker = worker
+        return shipped
+
+    executor = RayExecutor(num_workers=1)
+    tasks = {"rest": task(0, 2, worker=0), "again": task(1, 0), "before": task(2, 1), "here": task(3, 2),
+             "plain": task(4, 0, request_step=None)}  # fmt: skip
+    executor._waiting = [(t.key, i, t) for i, t in enumerate(tasks.values())]
+    placed = []
+    executor._place = lambda reserve=0.0: placed.extend(entry[2] for entry in executor._waiting)
+    executor._place_rests()
+    assert sorted(id(t) for t in placed) == sorted(id(tasks[name]) for name in ("rest", "again"))
+    assert len(executor._waiting) == 5  # (here nothing was placed: the rests stay with the others)
+
+
+def test_the_workers_runtime_env_leaves_a_variable_the_job_runtime_env_sets_as_the_user_set_it():
+    """Ray merges an actor's env_vars over the job's, so the executor's own (result size, niceness) would override a
+    user's setting of the same variable: it sets only those the job's runtime environment leaves unset."""
+    from lit_asyncfl.executors.ray.executor import RESULT_RUNTIME_ENV, WORKER_RUNTIME_ENV, _worker_env_vars
+
+    ours = {**RESULT_RUNTIME_ENV["env_vars"], **WORKER_RUNTIME_ENV["env_vars"]}
+    assert _worker_env_vars(None, train_locally=True) == ours
+    assert _worker_env_vars({}, train_locally=False) == RESULT_RUNTIME_ENV["env_vars"]
+    user = {"RAY_worker_niceness": "5", "RAY_max_direct_call_object_size": "1024", "OTHER": "1"}
+    assert _worker_env_vars(user, train_locally=True) == {}
+    assert _worker_env_vars({"RAY_worker_niceness": "5"}, train_locally=True) == RESULT_RUNTIME_ENV["env_vars"]
+
+
+def test_the_workers_get_the_job_runtime_env_variables_the_executor_also_sets(tmp_path, cluster, monkeypatch):
+    """A run reads the job's runtime environment (``ray.get_runtime_context().runtime_env``) to leave the user's
+    variables alone: the workers' actor options then omit them."""
+    context = ray.get_runtime_context()
+    job_env = {"env_vars": {"RAY_max_direct_call_object_size": "1024"}}
+
+    class Context:
+        runtime_env = job_env
+
+        def __getattr__(self, name):
+            return getattr(context, name)
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
+    seen = []
+    remote = ray.remote
+
+    def watched(*args, **kwargs):
+        seen.append(kwargs.get("runtime_env"))
+        return remote(*args, **kwargs)
+
+    monkeypatch.setattr(ray, "remote", watched)
+    executor = RayExecutor(num_workers=1, reuse_workers=False)
+    executor.start(lambda device: None, torch.device("cpu"))
+    executor.stop()
+    assert seen == [{"env_vars": {}}]

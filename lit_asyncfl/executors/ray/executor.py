@@ -43,16 +43,34 @@ log = logging.getLogger("lit_asyncfl")
 #: three times slower than a process with an equal share (a raw SGD loop of the ``heavy`` benchmark's CNN beside the
 #: same loop in this process, on the shared 2-core VM: 18-43 ms per step against its 11-17 ms; at equal priority
 #: 16-26 ms for both). Without ``train_locally`` they keep Ray's default: this process's work is then the run's
-#: serial path, which workers on its cores (``num_workers=None`` counts them) must not slow down.
+#: serial path, which workers on its cores (``num_workers=None`` counts them) must not slow down. A variable the job's
+#: runtime environment sets itself (``ray.init(runtime_env={"env_vars": ...})``) keeps the user's value.
 WORKER_RUNTIME_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
 
 #: Every worker's runtime environment (merged with the job's, and with :data:`WORKER_RUNTIME_ENV` under
 #: ``train_locally``): a task's result up to 8 MiB comes back inside the worker's reply to this process (Ray's
 #: ``max_direct_call_object_size``, 100 KiB by default, which the executing worker reads) instead of through the object
-#: store, which for SimpleCNN's 1.2 MB update cost Ray's raylet 0.9 ms of CPU per job (a store object created,
-#: sealed, fetched and freed) on top of the worker's and this process's own ~1 ms each, for nothing: this process
-#: reads each result once and copies it.
+#: store, whose round trip for SimpleCNN's 1.2 MB update cost Ray's raylet 1.2 ms of CPU per job (a store object
+#: created, sealed, fetched and freed; 0.35 ms inside the reply: 0.9 ms saved) on top of the worker's and this
+#: process's own ~1 ms each, for nothing: this process reads each result once and copies it. A variable the job's
+#: runtime environment sets itself keeps the user's value.
 RESULT_RUNTIME_ENV = {"env_vars": {"RAY_max_direct_call_object_size": str(8 << 20)}}
+
+
+def _worker_env_vars(job_env_vars: dict[str, str] | None, train_locally: bool) -> dict[str, str]:
+    """The environment variables the workers' runtime environment sets (Ray merges them into the job's, where they
+    would win): :data:`RESULT_RUNTIME_ENV`'s, and :data:`WORKER_RUNTIME_ENV`'s with ``train_locally``, except those
+    the job's runtime environment (``ray.init(runtime_env={"env_vars": ...})``) sets itself: the user's value stays.
+
+    Example:
+        >>> sorted(_worker_env_vars(None, train_locally=True))
+        ['RAY_max_direct_call_object_size', 'RAY_worker_niceness']
+        >>> _worker_env_vars({"RAY_worker_niceness": "5"}, train_locally=True)
+        {'RAY_max_direct_call_object_size': '8388608'}
+    """
+    ours = {**RESULT_RUNTIME_ENV["env_vars"], **(WORKER_RUNTIME_ENV["env_vars"] if train_locally else {})}
+    return {key: value for key, value in ours.items() if key not in (job_env_vars or {})}
+
 
 #: Accepted ``executor`` names (``FederatedTrainer(executor=...)``; a :class:`RayExecutor` object is accepted too).
 EXECUTORS = ("sequential", "ray")
@@ -203,9 +221,12 @@ class RayExecutor(_Requests):
         #: process's time waiting for a worker's result), ``request_seconds`` (its time at request events, until
         #: the merge's learning is known: waiting or computing), and the CPU time of the trainers' tasks and the local
         #: steps they trained: ``worker_cpu_seconds`` and ``worker_steps`` (the workers' tasks), ``local_cpu_seconds``
-        #: and ``local_steps`` (the tasks this process trained, ``train_locally``): CPU seconds per step, compared
-        #: with a sequential run's, say how much slower a step computes beside the other trainers (what the cores
-        #: share), apart from the time another process held the core; reported in the run summary.
+        #: (the tasks this process trained, ``train_locally``, and the merges it computed) and ``local_steps`` (those
+        #: tasks'; a merge trains no step): CPU seconds per step, compared with a sequential run's, say how much
+        #: slower a step computes beside the other trainers (what the cores share), apart from the time another
+        #: process held the core; reported in the run summary. The CPU time is ``time.thread_time()``, the thread
+        #: that runs the task: it is meaningless with more than one intra-op thread (``num_threads``), whose other
+        #: threads it leaves out, and on GPU workers.
         self.stats: dict[str, float] = {}
         self._ray: Any = None
         self._workers: list[Any] = []
@@ -292,7 +313,7 @@ class RayExecutor(_Requests):
         with detached(callbacks):  # the client state store stays here: jobs carry their entries
             self._trainer_ref = ray.put(make_trainer)  # the module and every client's data, shipped once
         self._settings = _torch_settings()  # what the workers train with (and this process, train_locally)
-        env = {**RESULT_RUNTIME_ENV["env_vars"], **(WORKER_RUNTIME_ENV["env_vars"] if self.train_locally else {})}
+        env = _worker_env_vars((ray.get_runtime_context().runtime_env or {}).get("env_vars"), self.train_locally)
         self._actor = ray.remote(
             num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker, runtime_env={"env_vars": env}
         )(_Worker)
@@ -324,11 +345,12 @@ class RayExecutor(_Requests):
         self._here, self._merge_runner = self._runners(make_trainer, callbacks)
         self.stats = dict.fromkeys(
             ("jobs_remote", "jobs_local", "jobs_trained_locally", "jobs_recomputed", "worker_restarts",
-             "max_results_waiting", "merges_here", "merges_from_state", "merges_on_workers"), 0,
+             "max_results_waiting", "merges_here", "merges_from_state", "merges_on_workers", "worker_steps",
+             "local_steps"), 0,
         )  # fmt: skip
         self.stats.update(dict.fromkeys(
             ("worker_seconds", "local_seconds", "wait_seconds", "request_seconds", "worker_cpu_seconds",
-             "local_cpu_seconds", "worker_steps", "local_steps"), 0.0,
+             "local_cpu_seconds"), 0.0,
         ))  # fmt: skip
         return self
 
@@ -375,10 +397,11 @@ class RayExecutor(_Requests):
     def stop(self) -> None:
         """The run is over: its workers wait for the next run (``reuse_workers``) or end; Ray keeps running.
 
-        Tasks still on the workers (at most :data:`TASKS_PER_WORKER` each) finish and their results are dropped:
-        Ray's ``ray.cancel`` of an actor task could leave the actor waiting 30 s for the cancelled task's sequence
-        number and then fail its next task (``ActorUnavailableError``, seen with Ray 2.60 in about one test run in
-        six), so no task is cancelled."""
+        Tasks still placed on the workers (:data:`TASKS_PER_WORKER` each, or more where they got tasks before this
+        process was busy: after the final evaluation's pause, every rest of a job parked on them) finish and their
+        results are dropped: Ray's ``ray.cancel`` of an actor task could leave the actor waiting 30 s for the
+        cancelled task's sequence number and then fail its next task (``ActorUnavailableError``, seen with Ray 2.60
+        in about one test run in six), so no task is cancelled."""
         self._shipped, self._done, self._queue, self._versions, self._trained_here = {}, {}, [], {}, set()
         self._waiting, self._running = [], {}
         self._pending, self._trainer_ref = {}, None  # nothing of the run stays alive

@@ -304,7 +304,7 @@ class _Placement:
         count and torch settings (this process's at the run's start), leaving this process's random generators as
         they were (:func:`generators_kept`: here a job trains at a wall-clock moment); its results wait for their
         jobs like a worker's, and an error is raised when its job is consumed."""
-        steps = _steps(shipped)
+        steps, trained = _steps(shipped), _trained_steps(shipped)
         jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
         live = [k for k in shipped.batch if self._shipped.get(k) is shipped]
         if not live:  # every job of it was cancelled before it trained
@@ -338,7 +338,7 @@ class _Placement:
         finally:
             self.stats["local_seconds"] += time.perf_counter() - began
             self.stats["local_cpu_seconds"] += time.thread_time() - cpu
-            self.stats["local_steps"] += steps
+            self.stats["local_steps"] += trained
             _paced(self._pace["here"], time.perf_counter() - began, steps)
         for k, result in zip(shipped.batch, done):
             if k in live:
@@ -350,7 +350,7 @@ class _Placement:
         jobs are shipped again (the same jobs: the same result)."""
         ray = self._ray
         self._busy[shipped.worker] -= 1
-        steps = _steps(shipped)
+        steps, trained = _steps(shipped), _trained_steps(shipped)
         jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
         live = [k for k in shipped.batch if self._shipped.get(k) is shipped]  # (not the cancelled ones)
         try:
@@ -382,7 +382,7 @@ class _Placement:
             return
         self.stats["worker_seconds"] += seconds
         self.stats["worker_cpu_seconds"] += cpu
-        self.stats["worker_steps"] += steps
+        self.stats["worker_steps"] += trained
         _paced(self._pace["worker"], seconds, steps)
         if shipped.part == 1:  # parked on the worker until the simulation reaches its request
             if live:
@@ -448,6 +448,12 @@ def _steps(shipped: _Shipped) -> int:
     if shipped.part == 3:  # (the merge: about a step's work; from the start, the part before the request too)
         return request + 1 if shipped.from_start else 1
     return jobs[0].num_steps - request
+
+
+def _trained_steps(shipped: _Shipped) -> int:
+    """The local steps a task trains (the stats' ``worker_steps`` and ``local_steps``): :func:`_steps` without the
+    step the pace counts for a merge, which trains none (a job in parts counts its ``num_steps``)."""
+    return _steps(shipped) - (shipped.part == 3 and bool(shipped.jobs))
 
 
 def _paced(pace: list[float], seconds: float, steps: int) -> None:

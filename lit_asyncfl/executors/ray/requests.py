@@ -133,7 +133,7 @@ class _Requests(_Placement):
             heapq.heappush(self._waiting, (task.key, next(self._order), task))
             self._place()
             return self._collect(job_id, merged=True)
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.thread_time()
         try:
             with self._like_a_worker():
                 if worker < 0:  # parked here: on its own engine (which forgets the job if the merge raises)
@@ -144,6 +144,7 @@ class _Requests(_Placement):
             return _Failed(error)
         finally:
             self.stats["local_seconds"] += time.perf_counter() - began
+            self.stats["local_cpu_seconds"] += time.thread_time() - cpu
         self.stats["merges_here"] += fresh is not None
         self.stats["merges_from_state"] += fresh is not None and worker >= 0
         del self._parked[job_id]
@@ -159,13 +160,15 @@ class _Requests(_Placement):
         """Give each worker every waiting rest of a job parked on it (its merge done at the job's request event), as
         many as wait, and nothing else: the run's loop is over, and writing the end-of-run checkpoint waits for every
         job past its request (:meth:`~lit_asyncfl.core.simulator.Simulator.state_dict`), so each worker trains its
-        rests while this process evaluates the final model, where they would wait for that evaluation's end. The
+        rests while this process evaluates the final model, where they would wait for that evaluation's end. The rest
+        of a job whose worker died (trained again whole, with its answer: part 0) goes to the next free worker. The
         other waiting tasks (jobs before their request, rests parked here) stay waiting."""
-        others = [entry for entry in self._waiting if entry[2].part != 2 or entry[2].worker < 0]
-        self._waiting = [entry for entry in self._waiting if entry[2].part == 2 and entry[2].worker >= 0]
+        rests = [entry for entry in self._waiting if _rest_on_a_worker(entry[2])]
+        others = [entry for entry in self._waiting if not _rest_on_a_worker(entry[2])]
+        self._waiting = rests
         heapq.heapify(self._waiting)
         try:
-            self._place(reserve=math.inf)  # (a rest goes to its own worker only)
+            self._place(reserve=math.inf)  # (a rest parked on a worker goes to that worker only)
         finally:
             for entry in others:
                 heapq.heappush(self._waiting, entry)
@@ -175,3 +178,12 @@ class _Requests(_Placement):
         ``train_locally``), built at the run's start."""
         assert self._merge_runner is not None
         return self._merge_runner
+
+
+def _rest_on_a_worker(shipped: _Shipped) -> bool:
+    """Whether a waiting task is the rest of a job past its request that a worker trains: parked on it (part 2), or
+    trained again whole with its answer after its worker died (part 0 of a job with a request: a job with one is
+    shipped in parts, so only such a rest is whole)."""
+    if shipped.part == 2:
+        return shipped.worker >= 0
+    return shipped.part == 0 and any(job.request_step is not None for job in shipped.jobs or ())
