@@ -857,7 +857,7 @@ def test_the_final_evaluation_gives_the_workers_the_rest_of_a_job_whose_worker_d
 def test_the_workers_runtime_env_leaves_a_variable_the_job_runtime_env_sets_as_the_user_set_it():
     """Ray merges an actor's env_vars over the job's, so the executor's own (result size, niceness) would override a
     user's setting of the same variable: it sets only those the job's runtime environment leaves unset."""
-    from lit_asyncfl.executors.ray.executor import RESULT_RUNTIME_ENV, WORKER_RUNTIME_ENV, _worker_env_vars
+    from lit_asyncfl.executors.ray.pool import RESULT_RUNTIME_ENV, WORKER_RUNTIME_ENV, _worker_env_vars
 
     ours = {**RESULT_RUNTIME_ENV["env_vars"], **WORKER_RUNTIME_ENV["env_vars"]}
     assert _worker_env_vars(None, train_locally=True) == ours

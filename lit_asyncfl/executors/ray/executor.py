@@ -25,52 +25,11 @@ from lit_asyncfl.checks import check, check_bool, check_int, check_number, check
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generators_kept
 from lit_asyncfl.executors.ray.placement import _due, _Failed, _Shipped
+from lit_asyncfl.executors.ray.pool import _WorkerPool
 from lit_asyncfl.executors.ray.requests import _asks_server, _Requests
-from lit_asyncfl.executors.ray.worker import (
-    _IDLE,
-    _import_ray,
-    _torch_settings,
-    _Worker,
-    carried,
-    detached,
-)
+from lit_asyncfl.executors.ray.worker import _import_ray, _torch_settings, carried, detached
 
 log = logging.getLogger("lit_asyncfl")
-
-#: The workers' runtime environment with ``train_locally`` (merged with the job's): they run at the priority of Ray's
-#: node processes (the simulation's process, where it starts Ray), its peers in training, not 15 below it (``nice``),
-#: Ray's default for workers, under which a worker sharing cores with this process or anything else trained up to
-#: three times slower than a process with an equal share (a raw SGD loop of the ``heavy`` benchmark's CNN beside the
-#: same loop in this process, on the shared 2-core VM: 18-43 ms per step against its 11-17 ms; at equal priority
-#: 16-26 ms for both). Without ``train_locally`` they keep Ray's default: this process's work is then the run's
-#: serial path, which workers on its cores (``num_workers=None`` counts them) must not slow down. A variable the job's
-#: runtime environment sets itself (``ray.init(runtime_env={"env_vars": ...})``) keeps the user's value.
-WORKER_RUNTIME_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
-
-#: Every worker's runtime environment (merged with the job's, and with :data:`WORKER_RUNTIME_ENV` under
-#: ``train_locally``): a task's result up to 8 MiB comes back inside the worker's reply to this process (Ray's
-#: ``max_direct_call_object_size``, 100 KiB by default, which the executing worker reads) instead of through the object
-#: store, whose round trip for SimpleCNN's 1.2 MB update cost Ray's raylet 1.2 ms of CPU per job (a store object
-#: created, sealed, fetched and freed; 0.35 ms inside the reply: 0.9 ms saved) on top of the worker's and this
-#: process's own ~1 ms each, for nothing: this process reads each result once and copies it. A variable the job's
-#: runtime environment sets itself keeps the user's value.
-RESULT_RUNTIME_ENV = {"env_vars": {"RAY_max_direct_call_object_size": str(8 << 20)}}
-
-
-def _worker_env_vars(job_env_vars: dict[str, str] | None, train_locally: bool) -> dict[str, str]:
-    """The environment variables the workers' runtime environment sets (Ray merges them into the job's, where they
-    would win): :data:`RESULT_RUNTIME_ENV`'s, and :data:`WORKER_RUNTIME_ENV`'s with ``train_locally``, except those
-    the job's runtime environment (``ray.init(runtime_env={"env_vars": ...})``) sets itself: the user's value stays.
-
-    Example:
-        >>> sorted(_worker_env_vars(None, train_locally=True))
-        ['RAY_max_direct_call_object_size', 'RAY_worker_niceness']
-        >>> _worker_env_vars({"RAY_worker_niceness": "5"}, train_locally=True)
-        {'RAY_max_direct_call_object_size': '8388608'}
-    """
-    ours = {**RESULT_RUNTIME_ENV["env_vars"], **(WORKER_RUNTIME_ENV["env_vars"] if train_locally else {})}
-    return {key: value for key, value in ours.items() if key not in (job_env_vars or {})}
-
 
 #: Accepted ``executor`` names (``FederatedTrainer(executor=...)``; a :class:`RayExecutor` object is accepted too).
 EXECUTORS = ("sequential", "ray")
@@ -95,7 +54,7 @@ def check_executor(executor: Any) -> None:
         _import_ray()
 
 
-class RayExecutor(_Requests):
+class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_worker, not placement's stub)
     """Computes client jobs on Ray workers (``FederatedTrainer(executor=RayExecutor(...))``, or ``executor="ray"``
     for the defaults; ``--trainer.executor=ray`` on the command line).
 
@@ -108,8 +67,8 @@ class RayExecutor(_Requests):
     and with ``train_locally`` before it trains a job itself. Each global version goes into Ray's
     object store once and every job starting from it refers to it. Each worker builds the engine once: the module
     copy and the clients' data stay resident on it. With ``train_locally`` workers run at the priority of Ray's node
-    processes, as peers of this process (:data:`WORKER_RUNTIME_ENV`; Ray's default, kept otherwise, runs them 15
-    ``nice`` levels lower, and a worker sharing a core with this process lost it).
+    processes, as peers of this process (:data:`~lit_asyncfl.executors.ray.pool.WORKER_RUNTIME_ENV`; Ray's default,
+    kept otherwise, runs them 15 ``nice`` levels lower, and a worker sharing a core with this process lost it).
 
     Client callbacks with state across jobs declare
     :attr:`~lit_asyncfl.client_callbacks.ClientCallback.carries_state` (MOON, FedDyn, ASO-Fed, FedSA, FedASMU, local
@@ -260,14 +219,7 @@ class RayExecutor(_Requests):
                 "accelerator='cuda' with CPU Ray workers: set RayExecutor(num_gpus_per_worker=...) (e.g. 1, or 0.25 "
                 "to share a GPU between four workers), or accelerator='cpu'"
             )
-        if not ray.is_initialized():
-            if self.address is not None:
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
-            elif self.num_workers is None:  # every CPU of this machine: one worker per core
-                ray.init(include_dashboard=False, log_to_driver=False)
-            else:
-                cpus = math.ceil(self.num_workers * max(self.num_cpus_per_worker, 1))
-                ray.init(num_cpus=max(cpus, 1), include_dashboard=False, log_to_driver=False)
+        self._start_ray(ray)
         worker_device = "cuda" if self.num_gpus_per_worker > 0 else "cpu"
         if self.train_locally and torch.device(device).type != worker_device:
             raise ValueError(
@@ -313,18 +265,7 @@ class RayExecutor(_Requests):
         with detached(callbacks):  # the client state store stays here: jobs carry their entries
             self._trainer_ref = ray.put(make_trainer)  # the module and every client's data, shipped once
         self._settings = _torch_settings()  # what the workers train with (and this process, train_locally)
-        env = _worker_env_vars((ray.get_runtime_context().runtime_env or {}).get("env_vars"), self.train_locally)
-        self._actor = ray.remote(
-            num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker, runtime_env={"env_vars": env}
-        )(_Worker)
-        session = (ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id())
-        self._pool_key = (session, self.num_cpus_per_worker, self.num_gpus_per_worker, self.train_locally)
-        for key in [k for k in _IDLE if k[0] != session]:  # another Ray session's: stale handles
-            del _IDLE[key]
-        idle = _IDLE.setdefault(self._pool_key, [])
-        self._free_idle(ray, n - len(idle))
-        self._workers = [idle.pop() if idle else self._actor.remote() for _ in range(n)]
-        self._load_engines(self._workers)
+        self._start_workers(ray, n)
         self._pending: dict[int, tuple[ClientJob, Tensor]] = {}
         self._queue: list[tuple[float, int]] = []  # unshipped jobs: (expected consumption time, job id)
         self._shipped: dict[int, _Shipped] = {}  # job id -> its task, from shipping until the job is consumed
@@ -354,46 +295,6 @@ class RayExecutor(_Requests):
         ))  # fmt: skip
         return self
 
-    def _free_idle(self, ray: Any, new: int) -> None:
-        """End idle workers that runs of this process kept with other settings (another pool) while Ray lacks the
-        CPUs or GPUs of ``new`` workers: an idle worker holds its share."""
-        if new <= 0:
-            return
-        others = [key for key in _IDLE if key != self._pool_key and key[0] == self._pool_key[0] and _IDLE[key]]
-        for key in others:
-            free = ray.available_resources()
-            if free.get("CPU", 0.0) >= new * self.num_cpus_per_worker and (
-                free.get("GPU", 0.0) >= new * self.num_gpus_per_worker
-            ):
-                return
-            for worker in _IDLE.pop(key):
-                try:
-                    ray.kill(worker)
-                except Exception:  # pragma: no cover (already gone)
-                    pass
-
-    def _default_workers(self, ray: Any) -> int:
-        resources = ray.cluster_resources()
-        if self.num_gpus_per_worker > 0:
-            return max(1, int(resources.get("GPU", 0) / self.num_gpus_per_worker))
-        return max(1, int(resources.get("CPU", 1) / max(self.num_cpus_per_worker, 1e-9)))
-
-    def _load_engines(self, workers: list[Any]) -> None:
-        """Build the run's engine on ``workers`` and wait: a failure (a module or dataset a worker cannot
-        unpickle) is raised here, naming its cause, not as every job's error."""
-        ray = self._ray
-        try:
-            settings = self._settings
-            ray.get([w.load.remote(self._trainer_ref, self._worker_device, self._threads, settings) for w in workers])
-        except ray.exceptions.RayTaskError as error:
-            self.stop()
-            raise RuntimeError(f"building the engine on a Ray worker failed: {error}") from None
-
-    def _new_worker(self) -> Any:
-        worker = self._actor.remote()
-        self._load_engines([worker])
-        return worker
-
     def stop(self) -> None:
         """The run is over: its workers wait for the next run (``reuse_workers``) or end; Ray keeps running.
 
@@ -407,17 +308,7 @@ class RayExecutor(_Requests):
         self._pending, self._trainer_ref = {}, None  # nothing of the run stays alive
         self._parked, self._stay, self._here, self._merged, self._after = {}, set(), None, {}, {}
         self._points, self._merge_runner = {}, None
-        if self._workers and self.reuse_workers:
-            for worker in self._workers:
-                worker.unload.remote()
-            _IDLE.setdefault(self._pool_key, []).extend(self._workers)
-        else:
-            for worker in self._workers:
-                try:
-                    self._ray.kill(worker)
-                except Exception:  # pragma: no cover (already gone)
-                    pass
-        self._workers = []
+        self._stop_workers()
         self._local = None
 
     @property
@@ -542,14 +433,3 @@ class RayExecutor(_Requests):
         update.base_weights = start
         update.weights = update.weights.to(start.device)
         return update
-
-    def _replace_worker(self, index: int, actor: Any) -> None:
-        """Replace a dead worker (once: the other tasks it had find it replaced already)."""
-        if self._workers[index] is not actor:
-            return
-        try:
-            self._ray.kill(actor)
-        except Exception:  # pragma: no cover
-            pass
-        self._workers[index] = self._new_worker()
-        self.stats["worker_restarts"] += 1

@@ -1,5 +1,5 @@
-"""The Ray executor's workers: the actor that trains jobs, the pool of idle workers kept between runs, and the torch
-settings a worker takes over from the simulation's process."""
+"""The Ray executor's workers: the actor that trains jobs, and the torch settings a worker takes over from the
+simulation's process (the pool of workers, idle ones kept between runs: :mod:`~lit_asyncfl.executors.ray.pool`)."""
 
 from __future__ import annotations
 
@@ -35,23 +35,6 @@ def _import_ray() -> Any:
             "executor='sequential' needs nothing more"
         ) from error
     return ray
-
-
-#: Idle workers kept for the next run of this process, per (Ray job, CPUs, GPUs, ``train_locally``: their priority)
-#: (see ``reuse_workers``).
-_IDLE: dict[tuple[Any, float, float, bool], list[Any]] = {}
-
-
-def release_workers() -> None:
-    """End the idle Ray workers that runs of this process kept for later runs (their CPUs and GPUs return to Ray)."""
-    ray = _import_ray()
-    for workers in _IDLE.values():
-        for worker in workers:
-            try:
-                ray.kill(worker)
-            except Exception:  # pragma: no cover (already gone)
-                pass
-    _IDLE.clear()
 
 
 @contextlib.contextmanager

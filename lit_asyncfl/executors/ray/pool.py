@@ -1,0 +1,181 @@
+"""The Ray executor's worker pool: starting Ray, the workers' runtime environment, and the workers of a run, taken
+from the idle workers that earlier runs of this process kept (``reuse_workers``) or started, replaced when one dies,
+and at the run's end kept idle for the next run or ended."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lit_asyncfl.executors.ray.worker import _import_ray, _Worker
+
+#: The workers' runtime environment with ``train_locally`` (merged with the job's): they run at the priority of Ray's
+#: node processes (the simulation's process, where it starts Ray), its peers in training, not 15 below it (``nice``),
+#: Ray's default for workers, under which a worker sharing cores with this process or anything else trained up to
+#: three times slower than a process with an equal share (a raw SGD loop of the ``heavy`` benchmark's CNN beside the
+#: same loop in this process, on the shared 2-core VM: 18-43 ms per step against its 11-17 ms; at equal priority
+#: 16-26 ms for both). Without ``train_locally`` they keep Ray's default: this process's work is then the run's
+#: serial path, which workers on its cores (``num_workers=None`` counts them) must not slow down. A variable the job's
+#: runtime environment sets itself (``ray.init(runtime_env={"env_vars": ...})``) keeps the user's value.
+WORKER_RUNTIME_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
+
+#: Every worker's runtime environment (merged with the job's, and with :data:`WORKER_RUNTIME_ENV` under
+#: ``train_locally``): a task's result up to 8 MiB comes back inside the worker's reply to this process (Ray's
+#: ``max_direct_call_object_size``, 100 KiB by default, which the executing worker reads) instead of through the object
+#: store, whose round trip for SimpleCNN's 1.2 MB update cost Ray's raylet 1.2 ms of CPU per job (a store object
+#: created, sealed, fetched and freed; 0.35 ms inside the reply: 0.9 ms saved) on top of the worker's and this
+#: process's own ~1 ms each, for nothing: this process reads each result once and copies it. A variable the job's
+#: runtime environment sets itself keeps the user's value.
+RESULT_RUNTIME_ENV = {"env_vars": {"RAY_max_direct_call_object_size": str(8 << 20)}}
+
+
+def _worker_env_vars(job_env_vars: dict[str, str] | None, train_locally: bool) -> dict[str, str]:
+    """The environment variables the workers' runtime environment sets (Ray merges them into the job's, where they
+    would win): :data:`RESULT_RUNTIME_ENV`'s, and :data:`WORKER_RUNTIME_ENV`'s with ``train_locally``, except those
+    the job's runtime environment (``ray.init(runtime_env={"env_vars": ...})``) sets itself: the user's value stays.
+
+    Example:
+        >>> sorted(_worker_env_vars(None, train_locally=True))
+        ['RAY_max_direct_call_object_size', 'RAY_worker_niceness']
+        >>> _worker_env_vars({"RAY_worker_niceness": "5"}, train_locally=True)
+        {'RAY_max_direct_call_object_size': '8388608'}
+    """
+    ours = {**RESULT_RUNTIME_ENV["env_vars"], **(WORKER_RUNTIME_ENV["env_vars"] if train_locally else {})}
+    return {key: value for key, value in ours.items() if key not in (job_env_vars or {})}
+
+
+#: Idle workers kept for the next run of this process, per (Ray job, CPUs, GPUs, ``train_locally``: their priority)
+#: (see ``reuse_workers``).
+_IDLE: dict[tuple[Any, float, float, bool], list[Any]] = {}
+
+
+def release_workers() -> None:
+    """End the idle Ray workers that runs of this process kept for later runs (their CPUs and GPUs return to Ray)."""
+    ray = _import_ray()
+    for workers in _IDLE.values():
+        for worker in workers:
+            try:
+                ray.kill(worker)
+            except Exception:  # pragma: no cover (already gone)
+                pass
+    _IDLE.clear()
+
+
+class _WorkerPool:
+    """The worker pool of :class:`~lit_asyncfl.executors.ray.executor.RayExecutor` (a base class of it): Ray started
+    where it is not, the run's workers (``_workers``) taken from :data:`_IDLE` or started with their runtime
+    environment, their engines built, a dead one replaced, and at the end kept idle or ended. The options it reads
+    are ``RayExecutor``'s; the run's state it builds engines from (``_trainer_ref``, ``_worker_device``,
+    ``_threads``, ``_settings``) is set by ``RayExecutor.start``."""
+
+    num_workers: int | None
+    num_cpus_per_worker: float
+    num_gpus_per_worker: float
+    address: str | None
+    train_locally: bool
+    reuse_workers: bool
+    stats: dict[str, float]
+    _ray: Any
+    _workers: list[Any]
+    _actor: Any
+    _pool_key: tuple[Any, float, float, bool]
+    _trainer_ref: Any
+    _worker_device: str
+    _threads: int
+    _settings: dict[str, Any]
+
+    def stop(self) -> None:  # (RayExecutor's: it clears the run's state, then calls _stop_workers)
+        raise NotImplementedError
+
+    def _start_ray(self, ray: Any) -> None:
+        """Start a local Ray (or join ``address``) unless this process joined a Ray cluster already."""
+        if ray.is_initialized():
+            return
+        if self.address is not None:
+            ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
+        elif self.num_workers is None:  # every CPU of this machine: one worker per core
+            ray.init(include_dashboard=False, log_to_driver=False)
+        else:
+            cpus = math.ceil(self.num_workers * max(self.num_cpus_per_worker, 1))
+            ray.init(num_cpus=max(cpus, 1), include_dashboard=False, log_to_driver=False)
+
+    def _start_workers(self, ray: Any, n: int) -> None:
+        """The run's ``n`` workers: idle ones of this pool first (:data:`_IDLE`), new ones for the rest, their
+        engines built."""
+        env = _worker_env_vars((ray.get_runtime_context().runtime_env or {}).get("env_vars"), self.train_locally)
+        self._actor = ray.remote(
+            num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker, runtime_env={"env_vars": env}
+        )(_Worker)
+        session = (ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id())
+        self._pool_key = (session, self.num_cpus_per_worker, self.num_gpus_per_worker, self.train_locally)
+        for key in [k for k in _IDLE if k[0] != session]:  # another Ray session's: stale handles
+            del _IDLE[key]
+        idle = _IDLE.setdefault(self._pool_key, [])
+        self._free_idle(ray, n - len(idle))
+        self._workers = [idle.pop() if idle else self._actor.remote() for _ in range(n)]
+        self._load_engines(self._workers)
+
+    def _free_idle(self, ray: Any, new: int) -> None:
+        """End idle workers that runs of this process kept with other settings (another pool) while Ray lacks the
+        CPUs or GPUs of ``new`` workers: an idle worker holds its share."""
+        if new <= 0:
+            return
+        others = [key for key in _IDLE if key != self._pool_key and key[0] == self._pool_key[0] and _IDLE[key]]
+        for key in others:
+            free = ray.available_resources()
+            if free.get("CPU", 0.0) >= new * self.num_cpus_per_worker and (
+                free.get("GPU", 0.0) >= new * self.num_gpus_per_worker
+            ):
+                return
+            for worker in _IDLE.pop(key):
+                try:
+                    ray.kill(worker)
+                except Exception:  # pragma: no cover (already gone)
+                    pass
+
+    def _default_workers(self, ray: Any) -> int:
+        resources = ray.cluster_resources()
+        if self.num_gpus_per_worker > 0:
+            return max(1, int(resources.get("GPU", 0) / self.num_gpus_per_worker))
+        return max(1, int(resources.get("CPU", 1) / max(self.num_cpus_per_worker, 1e-9)))
+
+    def _load_engines(self, workers: list[Any]) -> None:
+        """Build the run's engine on ``workers`` and wait: a failure (a module or dataset a worker cannot
+        unpickle) is raised here, naming its cause, not as every job's error."""
+        ray = self._ray
+        try:
+            settings = self._settings
+            ray.get([w.load.remote(self._trainer_ref, self._worker_device, self._threads, settings) for w in workers])
+        except ray.exceptions.RayTaskError as error:
+            self.stop()
+            raise RuntimeError(f"building the engine on a Ray worker failed: {error}") from None
+
+    def _new_worker(self) -> Any:
+        worker = self._actor.remote()
+        self._load_engines([worker])
+        return worker
+
+    def _replace_worker(self, index: int, actor: Any) -> None:
+        """Replace a dead worker (once: the other tasks it had find it replaced already)."""
+        if self._workers[index] is not actor:
+            return
+        try:
+            self._ray.kill(actor)
+        except Exception:  # pragma: no cover
+            pass
+        self._workers[index] = self._new_worker()
+        self.stats["worker_restarts"] += 1
+
+    def _stop_workers(self) -> None:
+        """The run's workers wait for the next run (``reuse_workers``) or end."""
+        if self._workers and self.reuse_workers:
+            for worker in self._workers:
+                worker.unload.remote()
+            _IDLE.setdefault(self._pool_key, []).extend(self._workers)
+        else:
+            for worker in self._workers:
+                try:
+                    self._ray.kill(worker)
+                except Exception:  # pragma: no cover (already gone)
+                    pass
+        self._workers = []
