@@ -9,7 +9,7 @@ cohorts (:class:`~lit_asyncfl.executors.CohortExecutor`, still importable from h
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -284,7 +284,6 @@ class CohortEngine(LocalEngine):
             lrs=torch.tensor(lr_values, dtype=weights.dtype, device=self.device),
             loss_sums=torch.zeros(len(jobs), dtype=weights.dtype, device=self.device),
             logs=_CohortLogs(plans, self._step_module.log.kwargs, gathers),
-            log_kwargs=self._step_module.log.kwargs,
             gather=self.shards.gather if gathers else None,
             views=self.batched.params(weights),
         )
@@ -393,8 +392,8 @@ class _Cohort:
     number of steps: each job's batches (``plans``: ``(epoch, batch_idx, batch)`` per step, where ``batch`` is the
     batch's sample indices when ``gather`` turns those into the batch), the stacked weights, the proximal anchors
     (their start weights, ``None`` without FedProx) and coefficients ``prox``, the learning rates, the running loss
-    sums, what the jobs log (:class:`_CohortLogs`; ``log_kwargs``: the options each logged name was logged with)
-    and the stacked weights' parameters by name (``views``: ``_BatchedStep.params`` of ``weights``)."""
+    sums, what the jobs log (:class:`_CohortLogs`) and the stacked weights' parameters by name (``views``:
+    ``_BatchedStep.params`` of ``weights``)."""
 
     plans: list[list[tuple[int, int, Any]]]
     weights: Tensor
@@ -403,9 +402,8 @@ class _Cohort:
     lrs: Tensor
     loss_sums: Tensor
     logs: _CohortLogs
-    log_kwargs: dict[str, dict[str, Any]]
+    views: dict[str, Tensor]
     gather: Callable[[Tensor], Any] | None = None
-    views: dict[str, Tensor] = field(default_factory=dict)
 
     def batch(self, j: int, t: int) -> Any:
         """Job ``j``'s batch at its step ``t``."""
@@ -420,7 +418,7 @@ class _CohortLogs:
     The common call, ``self.log(name, tensor)`` of one value per job (``on_step``/``on_epoch`` aside, which a job
     ignores), is reduced for all the jobs of a step at once: per job a float32 sum of ``value * batch size`` and one
     of the batch sizes, the mean their quotient, which are the float32 operations of ``JobLog``'s own path for that
-    call, element by element (about 7 us per job and step less on LeNet-5's two logged values). A name logged any
+    call, element by element (about 7 us per job and step less on LeNet-5's logged loss). A name logged any
     other way goes to each job's own ``JobLog`` from then on, which takes over the sums so far.
 
     Args:
@@ -491,7 +489,8 @@ class _CohortLogs:
     def _sums(self, name: str) -> tuple[Tensor, Tensor]:
         found = self.sums.get(name)
         if found is None:
-            found = self.sums[name] = (torch.zeros(len(self.plans)), torch.zeros(len(self.plans)))
+            n = len(self.plans)  # float32 as JobLog's sums, whatever torch's default dtype
+            found = self.sums[name] = (torch.zeros(n, dtype=torch.float32), torch.zeros(n, dtype=torch.float32))
         return found
 
     def _log_own(self, members: list[int], t: int, name: str, values: Sequence[Any]) -> None:

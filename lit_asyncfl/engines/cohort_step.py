@@ -35,8 +35,21 @@ METRIC_REFUSAL = (
 )
 
 
-class _MetricRefused(ValueError):
+class _Refused(ValueError):
+    """``training_step`` does what the batched step cannot do the way ``engine='fast'`` does it (refused at fit
+    start where the probe finds it, raised where a later step does, never redone without the kernels)."""
+
+
+class _MetricRefused(_Refused):
     """A torchmetrics object was updated (or logged) in ``training_step`` under the cohort engine."""
+
+
+def _logged_twice(name: str) -> str:
+    return (
+        f"engine='cohort' cannot take self.log({name!r}, ...) twice in one training_step (each call counts in the "
+        "job's mean under engine='fast' and Lightning; the batched step keeps one value per name and step); use "
+        "engine='fast', or log the two values under different names"
+    )
 
 
 def _refuse_metric(*args: Any, **kwargs: Any) -> None:
@@ -57,6 +70,8 @@ class _CohortLog:
         if isinstance(value, Metric):
             _refuse_metric()
         assert self.values is not None, "self.log outside training_step under engine='cohort'"
+        if name in self.values:
+            raise _Refused(_logged_twice(name))
         self.values[name] = value if isinstance(value, Tensor) else torch.tensor(float(value))
         self.kwargs[name] = kwargs
 
@@ -231,7 +246,7 @@ class _BatchedStep:
             state, routed = generator_state(self.device), self.kernels.routed.copy()
             try:
                 return run(params, args, self.kernels)
-            except (MemoryError, torch.OutOfMemoryError):
+            except (MemoryError, torch.OutOfMemoryError, _Refused):
                 raise  # not the kernels' layout: running again would not help
             except Exception as error:
                 reason = f"{type(error).__name__}: {error}"  # (redone below, outside the handler: its frames freed)
@@ -416,7 +431,7 @@ class _BatchedStep:
         try:
             with self.stand_ins(CohortJobTrainer()), torch.enable_grad():
                 loss, _ = self.module(batch, 0)
-        except _MetricRefused as refusal:
+        except _Refused as refusal:
             return str(refusal)
         except AttributeError as error:  # what CohortJobTrainer cannot offer
             return f"training_step: {error}" if "self.trainer." in str(error) else None

@@ -286,14 +286,15 @@ def test_amsgrad_is_refused_naming_the_fast_engine(shards):
 
 class _LogsManyWays(MLP):
     """Logs values that a job's ``JobLog`` reduces on its own path (plain calls, ``on_step``/``on_epoch``) and
-    otherwise (``reduce_fx='max'``; a name logged with another option after its first step)."""
+    otherwise (``reduce_fx='max'``; a name logged as a constant after its first step, which Lightning allows: a
+    change of options would raise there)."""
 
     def training_step(self, batch, batch_idx):
         loss = super().training_step(batch, batch_idx)
         self.log("plain", loss * 3)
         self.log("flags", loss + 1, on_step=True, on_epoch=True)
         self.log("peak", loss, reduce_fx="max")
-        self.log("switch", loss * 2, **({} if batch_idx == 0 else {"prog_bar": True}))
+        self.log("switch", loss * 2 if batch_idx == 0 else 1.5)  # a constant: one value for every job of a step
         return loss
 
 
@@ -305,12 +306,69 @@ def test_what_jobs_log_is_reduced_as_by_each_jobs_own_joblog(shards, monkeypatch
     torch.manual_seed(0)
     model = _LogsManyWays(input_dim=64, hidden_dims=(16,), lr=0.1)
     fast, cohort, calls, start = engines(model, shards, min_batched=4)
-    jobs = [job(c, 2, seed=30 + c) for c in range(12)]
-    batched = cohort.train_many(jobs, [start] * 12)
-    assert min(calls.sizes) >= 4 and len(calls.sizes) < sum(u.num_steps for u in batched)  # some steps alone
-    monkeypatch.setattr(_CohortLogs, "_batched", lambda self, name, value, count: False)
-    own = cohort.train_many(jobs, [start] * 12)
-    for a, b, j in zip(batched, own, jobs):
-        assert torch.equal(a.weights, b.weights)
-        assert a.metrics == b.metrics and a.metrics.keys() == {"train_loss", "plain", "flags", "peak", "switch"}
-        assert a.metrics == pytest.approx(fast.train(j, start).metrics, rel=1e-5)
+    prefixes: list[bool] = []
+    log = _CohortLogs.log
+    monkeypatch.setattr(
+        _CohortLogs, "log", lambda self, m, prefix, t, lg: (prefixes.append(prefix), log(self, m, prefix, t, lg))
+    )
+    # equal epochs (each step's jobs the first rows), then unequal ones (jobs at other rows, grouped by epoch)
+    for jobs in ([job(c, 2, seed=30 + c) for c in range(12)], [job(c, 1 + c % 3, seed=30 + c) for c in range(12)]):
+        with monkeypatch.context() as patch:
+            batched = cohort.train_many(jobs, [start] * 12)
+            assert min(calls.sizes) >= 4 and len(calls.sizes) < sum(u.num_steps for u in batched)  # some alone
+            patch.setattr(_CohortLogs, "_batched", lambda self, name, value, count: False)
+            own = cohort.train_many(jobs, [start] * 12)
+        for a, b, j in zip(batched, own, jobs):
+            assert torch.equal(a.weights, b.weights)
+            assert a.metrics == b.metrics and a.metrics.keys() == {"train_loss", "plain", "flags", "peak", "switch"}
+            assert a.metrics == pytest.approx(fast.train(j, start).metrics, rel=1e-5)
+    assert True in prefixes and False in prefixes  # both ways of adding a step's sums ran
+
+
+def test_what_jobs_log_is_summed_in_float32_whatever_the_default_dtype(shards, monkeypatch):
+    """``JobLog`` sums in float32; the batched sums too, also where torch's default dtype is float64 (where they
+    followed it: float64 sums on the first rows, an ``index_add_`` of float32 into float64 elsewhere)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.manual_seed(0)
+        model = _LogsManyWays(input_dim=64, hidden_dims=(16,), lr=0.1).float()
+        _, cohort, _, start = engines(model, shards, min_batched=4)
+        jobs = [job(c, 1 + c % 3, seed=30 + c) for c in range(12)]
+        batched = cohort.train_many(jobs, [start] * 12)
+        monkeypatch.setattr(_CohortLogs, "_batched", lambda self, name, value, count: False)
+        own = cohort.train_many(jobs, [start] * 12)
+    finally:
+        torch.set_default_dtype(previous)
+    for a, b in zip(batched, own):
+        assert a.metrics == b.metrics
+
+
+class _LogsTwice(MLP):
+    """Logs one name twice in a step (from step ``from_step`` on): both values count in the job's mean under
+    ``engine='fast'`` and in Lightning."""
+
+    from_step = 0
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("twice", loss)
+        if batch_idx >= self.from_step:
+            self.log("twice", loss * 100)
+        return loss
+
+
+def test_a_name_logged_twice_in_a_step_is_refused_naming_the_fast_engine(shards):
+    """The batched step keeps one value per name and step, so a second call would silently replace the first:
+    refused at construction where the probe's step logs it twice, raised (not redone) where a later step does."""
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match=r"self.log\('twice', \.\.\.\) twice in one training_step.*engine='fast'"):
+        CohortTrainer(_LogsTwice(input_dim=64, hidden_dims=(16,), lr=0.1), shards, 10)
+    later = _LogsTwice(input_dim=64, hidden_dims=(16,), lr=0.1)
+    later.from_step = 1
+    cohort = CohortTrainer(later, shards, 10)
+    start = cohort.flat.read()
+    jobs = [job(c, 1, seed=30 + c) for c in range(6)]
+    with pytest.raises(ValueError, match=r"twice in one training_step.*engine='fast'"):
+        cohort.train_many(jobs, [start] * 6)
+    assert cohort.kernels_off_because is None  # not taken for the kernels' failure
