@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import lightning as L
@@ -44,6 +44,14 @@ class _MetricRefused(_Refused):
     """A torchmetrics object was updated (or logged) in ``training_step`` under the cohort engine."""
 
 
+def _batch_size_of_one_sample(name: str) -> str:
+    return (
+        f"self.log({name!r}, ..., batch_size=...) in a padded step, where training_step runs on single samples (the "
+        "batch size would be read from one sample, not from the job's batch): leave batch_size out (the engine gives "
+        "each value its job's batch size, as Lightning infers it), or use engine='fast'"
+    )
+
+
 def _logged_twice(name: str) -> str:
     return (
         f"engine='cohort' cannot take self.log({name!r}, ...) twice in one training_step (each call counts in the "
@@ -63,6 +71,8 @@ class _CohortLog:
     def __init__(self) -> None:
         self.values: dict[str, Tensor] | None = None
         self.kwargs: dict[str, dict[str, Any]] = {}
+        #: ``training_step`` runs on single samples (a padded step): a ``batch_size`` it passes is one sample's.
+        self.single_samples = False
 
     def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
         if args:
@@ -72,6 +82,8 @@ class _CohortLog:
         assert self.values is not None, "self.log outside training_step under engine='cohort'"
         if name in self.values:
             raise _Refused(_logged_twice(name))
+        if self.single_samples and kwargs.get("batch_size") is not None:
+            raise _Refused(_batch_size_of_one_sample(name))
         self.values[name] = value if isinstance(value, Tensor) else torch.tensor(float(value))
         self.kwargs[name] = kwargs
 
@@ -343,7 +355,8 @@ class _BatchedStep:
                 inner_level = functorch._vmap_increment_nesting(samples, "different")
                 try:  # training_step on each sample alone: each leaf of the batch given its batch dimension back
                     single = pytree.tree_map(lambda leaf: functorch._add_batch_dim(leaf, 0, inner_level)[None], batch)
-                    losses, logged = self.module(single, batch_idx)
+                    with self._single_samples():
+                        losses, logged = self.module(single, batch_idx)
                     losses = _unbatched(losses, inner_level, samples)
                     logged = {name: _unbatched(v, inner_level, samples) for name, v in logged.items()}
                 finally:
@@ -363,7 +376,18 @@ class _BatchedStep:
     def _sample_loss(self, params: dict[str, Tensor], sample: Any, batch_idx: int) -> tuple[Tensor, Any]:
         """``training_step`` on one sample (every leaf given its batch dimension back): that sample's loss."""
         batch = pytree.tree_map(lambda leaf: leaf.unsqueeze(0), sample)
-        return functional_call(self.module, params, (batch, batch_idx), strict=False)
+        with self._single_samples():
+            return functional_call(self.module, params, (batch, batch_idx), strict=False)
+
+    @contextlib.contextmanager
+    def _single_samples(self) -> Iterator[None]:
+        """``training_step`` runs on single samples inside (what its ``self.log`` refuses a ``batch_size`` for)."""
+        log, before = self.module.log, self.module.log.single_samples
+        log.single_samples = True
+        try:
+            yield
+        finally:
+            log.single_samples = before
 
     def padded_loss(self, params: dict[str, Tensor], batch: Any, weights: Tensor, batch_idx: int) -> tuple[Tensor, Any]:
         """A job's loss on its padded batch: ``sum_i weights[i] * loss_i`` over per-sample losses (``1/n`` for its
@@ -464,6 +488,8 @@ class _BatchedStep:
             if n < 2 or any(leaf.shape[0] != n for leaf in leaves):
                 return "the batch's tensors differ in their first (batch) dimension"
             return self._probe_padding(batch, n)
+        except _Refused as refusal:  # what a padded step cannot do: grouped by batch shape instead
+            return str(refusal)
         except Exception as error:  # whatever training_step raises on single samples under vmap: no padding
             return f"training_step raised {type(error).__name__} on single samples: {error}"
 

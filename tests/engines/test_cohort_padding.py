@@ -372,3 +372,34 @@ def test_a_name_logged_twice_in_a_step_is_refused_naming_the_fast_engine(shards)
     with pytest.raises(ValueError, match=r"twice in one training_step.*engine='fast'"):
         cohort.train_many(jobs, [start] * 6)
     assert cohort.kernels_off_because is None  # not taken for the kernels' failure
+
+
+class _LogsWithBatchSize(MLP):
+    """Passes ``batch_size`` (read from the batch) to ``self.log`` from step ``from_step`` on."""
+
+    from_step = 0
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("sized", loss, **({"batch_size": len(batch[1])} if batch_idx >= self.from_step else {}))
+        return loss
+
+
+def test_a_batch_size_read_from_the_batch_is_not_padded(shards):
+    """A padded step runs ``training_step`` on single samples, where ``len(batch[1])`` is 1: a module passing
+    ``batch_size`` is not padded (its jobs grouped by batch shape: the fast engine's logged means, within float32
+    rounding), and one that first passes it at a later step is stopped there, naming the ways out (it logged
+    means weighted by 1 instead of the batch sizes)."""
+    torch.manual_seed(0)
+    fast, cohort, _, start = engines(_LogsWithBatchSize(input_dim=64, hidden_dims=(16,), lr=0.1), shards, min_batched=2)
+    assert "batch_size" in cohort.no_padding_because and "engine='fast'" in cohort.no_padding_because
+    jobs = [job(c, 1, seed=30 + c) for c in range(12)]
+    for update, j in zip(cohort.train_many(jobs, [start] * 12), jobs):
+        assert update.metrics == pytest.approx(fast.train(j, start).metrics, rel=1e-5)
+    later = _LogsWithBatchSize(input_dim=64, hidden_dims=(16,), lr=0.1)
+    later.from_step = 1
+    _, cohort, _, start = engines(later, shards, min_batched=2)
+    assert cohort.no_padding_because is None
+    with pytest.raises(ValueError, match=r"log\('sized', \.\.\., batch_size=\.\.\.\) in a padded step.*engine='fast'"):
+        cohort.train_many(jobs, [start] * 12)
+    assert cohort.kernels_off_because is None
