@@ -43,6 +43,8 @@ _CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "group
 _POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
 _LINEAR_ARGS = ("input", "weight", "bias")
 _CE_ARGS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
+#: The class-index target dtypes ``F.cross_entropy`` takes (int32, which it rejects, is left to vmap's own rule).
+_CE_TARGETS = (torch.long, torch.uint8)
 
 
 def _vmap_levels() -> list[tuple[int, int]]:
@@ -279,7 +281,7 @@ class BatchedKernels(TorchFunctionMode):
             return None
         if reduction not in ("mean", "sum", "none") or input.device.type != "cpu":
             return None
-        if input.dim() != 2 or target.dim() != 1 or target.is_floating_point():  # class indices of [n, classes]
+        if input.dim() != 2 or target.dim() != 1 or target.dtype not in _CE_TARGETS:  # class indices of [n, classes]
             return None
         levels = _vmap_levels()
         if not levels or levels[0][1] < 2:

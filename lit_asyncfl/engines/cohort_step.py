@@ -176,7 +176,8 @@ class _BatchedStep:
         self.metrics = [m for m in module.modules() if isinstance(m, Metric)]
         for metric in self.metrics:  # one state per job cannot be batched: refused at fit start (step_refusal)
             metric.update = metric.forward = _refuse_metric  # type: ignore[method-assign]
-        #: The convolutions and max-poolings routed channels-last over the stacked jobs (its ``routed`` counts them).
+        #: The operations routed over the stacked jobs (convolutions and max-poolings channels-last, linear layers
+        #: and cross-entropy losses; its ``routed`` counts them by name).
         self.kernels = BatchedKernels()
         #: Why the batched steps run without :attr:`kernels` (``vmap``'s own rules), or ``None`` while they route.
         self.kernels_off_because: str | None = (
@@ -239,11 +240,13 @@ class _BatchedStep:
             self.kernels.routed = routed  # the calls of the steps taken
             result = run(params, args, contextlib.nullcontext())  # what raises here too is the module's own
             self.kernels_off_because = (
-                f"training_step raised {reason} on the routed channels-last kernels' output (it runs without them; "
-                "e.g. x.view(x.size(0), -1) after a convolution or pooling: x.flatten(1) or x.reshape takes them)"
+                f"training_step raised {reason} with the batched kernels routed (it runs without them, on vmap's own "
+                "rules; e.g. x.view(x.size(0), -1) on a routed convolution's or pooling's channels-last output: "
+                "x.flatten(1) or x.reshape takes it)"
             )
             log.warning(
-                "lit_asyncfl: engine='cohort' runs without its channels-last kernels: %s", self.kernels_off_because
+                "lit_asyncfl: engine='cohort' runs without its batched kernels (cohort_kernels): %s",
+                self.kernels_off_because,
             )
             return result
 
