@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from lit_asyncfl.client_callbacks.base import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.data.shards import ClientShards
 from lit_asyncfl.engines.base import (
     LocalEngine,
     OneDNN,
@@ -94,6 +95,17 @@ def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] 
     finally:
         module._trainer = None
     return optimizer_settings(optimizer, schedulers)
+
+
+def _integer(t: Any) -> bool:
+    """Whether ``t`` is a tensor of integers (what a class-index target can be)."""
+    return isinstance(t, Tensor) and not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+
+
+def _representable(value: int, dtype: torch.dtype) -> bool:
+    """Whether an integer tensor of ``dtype`` can hold ``value`` (a uint8 tensor never holds -100)."""
+    info = torch.iinfo(dtype)
+    return info.min <= value <= info.max
 
 
 class CohortEngine(LocalEngine):
@@ -232,7 +244,40 @@ class CohortEngine(LocalEngine):
         if not sizes or max(sizes) < 2 or self.batch_size < 2:
             return None  # every batch holds one sample: nothing is ever padded
         with generators_kept(self.device), OneDNN(self.onednn):
-            return self.batched.padding_refusal(self._probe_batch())
+            batch = self._probe_batch()
+            refusal = self.batched.padding_refusal(batch)
+        return refusal or self._ignore_index_refusal(self.batched.ignore_indexes, batch)
+
+    def _ignore_index_refusal(self, ignore_indexes: dict[int, str], batch: Any) -> str | None:
+        """Why the ``ignore_index`` of a mean-reduced loss seen by the padding probe makes padding inexact, or
+        ``None``: such a loss divides by the number of samples whose target is not ``ignore_index`` (and a sample
+        alone whose target is ignored has the loss 0/0), so a padded batch's ``1/n`` weights differ from it where a
+        batch holds that value. Every integer tensor of every client's resident data
+        (:class:`~lit_asyncfl.data.ClientShards`: the targets, and the inputs where no ``transform`` changes them) is
+        searched for the value; data read from a dataset at each draw cannot be searched at construction, and is
+        refused whenever such a loss is seen."""
+        if not ignore_indexes:
+            return None
+        shards = self.shards
+        for value, loss in sorted(ignore_indexes.items()):
+            grouped = (
+                f"training_step's {loss} ignores the target {value} (ignore_index) in its mean, which a batch padded "
+                "with zero-weight samples does not reproduce; the jobs of a step are grouped by batch shape instead "
+                "(exact, slower)"
+            )
+            if not isinstance(shards, ClientShards) or (
+                shards.transform is not None and _integer(pytree.tree_leaves(batch)[0])
+            ):
+                return f"{grouped}: the clients' data ({type(shards).__name__}) cannot be searched for it beforehand"
+            tensors = [shards.targets] + ([shards.inputs] if shards.transform is None else [])
+            for t in tensors:
+                if not _integer(t) or not _representable(value, t.dtype):
+                    continue
+                rows = (t == value).reshape(len(t), -1).any(1)
+                for client, index in enumerate(shards.indices):
+                    if bool(rows[index].any()):
+                        return f"{grouped}: client {client}'s data holds {value}"
+        return None
 
     def _lr(self, job: ClientJob) -> float:
         lr = self.lr
