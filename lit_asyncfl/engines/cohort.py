@@ -114,7 +114,8 @@ class CohortEngine(LocalEngine):
     The jobs' weights are stacked into one ``[jobs, parameters]`` tensor, in rows ordered by decreasing number of
     local steps; at local step ``t`` every job that still trains (the first rows) is trained in one call of
     ``vmap(functional_call(training_step))`` (its gradient taken by autograd outside ``vmap``; convolutions and
-    max-pooling run channels-last over the jobs, see :mod:`~lit_asyncfl.engines.cohort_kernels`, unless
+    max-pooling run channels-last over the jobs, linear layers and the cross-entropy loss as one call over them,
+    see :mod:`~lit_asyncfl.engines.cohort_kernels`, unless
     :attr:`kernels_off_because` says why not; with ``compile=True`` the gradient stays inside ``vmap``, what
     ``torch.compile`` traces, and nothing is routed), each on exactly the batch the ``fast`` engine would give it
     (same generator, same order), whatever the shard sizes:
@@ -126,7 +127,9 @@ class CohortEngine(LocalEngine):
       ``training_step`` logs likewise), which is checked once at construction (:meth:`padding_refusal`); for any
       other module (a sum-reduced loss, a loss coupling the samples of a batch, random operations)
       :attr:`no_padding_because` says why and the jobs of a step are grouped by batch shape instead, as exact and
-      slower. A step where every batch is full needs no padding and runs ``training_step`` on the whole batches.
+      slower. So is a mean-reduced ``F.cross_entropy``/``F.nll_loss`` whose ``ignore_index`` some client's data holds
+      (searched at construction; data read from a dataset at each draw cannot be searched and is not padded). A
+      step where every batch is full needs no padding and runs ``training_step`` on the whole batches.
     - A job that has finished its steps **sits out** the remaining steps of its cohort: its row is past the rows
       that step, so no update, weight decay or momentum touches it.
     - Jobs of more than one local epoch whose shards differ are at different epochs and batch indices at the same
@@ -200,8 +203,9 @@ class CohortEngine(LocalEngine):
 
     @property
     def kernels_off_because(self) -> str | None:
-        """Why the batched steps do not route convolutions and max-pooling channels-last over the jobs
-        (:class:`~lit_asyncfl.engines.BatchedKernels`), or ``None`` while they do: ``compile=True``, or
+        """Why the batched steps do not route convolutions and max-pooling (channels-last), linear layers and the
+        cross-entropy loss over the jobs (:class:`~lit_asyncfl.engines.BatchedKernels`), or ``None`` while they do:
+        ``compile=True``, a device other than the CPU, or
         ``training_step`` raised on the routed output (e.g. ``x.view(x.size(0), -1)`` after a convolution, found
         at construction by one batched step of 2 jobs on the largest client's first batch, or at the first step
         that raised, which is redone without them). Such a module trains with ``vmap``'s own kernels: the same
@@ -237,8 +241,12 @@ class CohortEngine(LocalEngine):
         the largest client's first batch at the start weights: the loss, its gradient and the logged values on
         that batch must equal the mean of ``training_step`` on each of its samples alone, and on a batch padded
         with one zero-weight sample they must equal the unpadded batch's (a sum-reduced loss, a loss that couples
-        the samples of a batch, random operations or an exception make the check fail). When it fails the engine
-        groups jobs by batch shape instead (exact, slower).
+        the samples of a batch, random operations or an exception make the check fail). A mean-reduced
+        ``F.cross_entropy``/``F.nll_loss`` on class indices divides by the samples whose target is not its
+        ``ignore_index``: the check records that value and searches every client's data for it (a batch without it
+        passes the check), refusing padding where a client holds it or the data cannot be searched
+        (:class:`~lit_asyncfl.data.DatasetShards`). When it fails the engine groups jobs by batch shape instead
+        (exact, slower).
         """
         sizes = [self.shards.num_samples(c) for c in range(self.shards.num_clients)]
         if not sizes or max(sizes) < 2 or self.batch_size < 2:
