@@ -262,17 +262,21 @@ class CohortEngine(LocalEngine):
         alone whose target is ignored has the loss 0/0), so a padded batch's ``1/n`` weights differ from it where a
         batch holds that value. Every integer tensor of every client's resident data
         (:class:`~lit_asyncfl.data.ClientShards`: the targets, and the inputs where no ``transform`` changes them) is
-        searched for the value; data read from a dataset at each draw cannot be searched at construction, and is
-        refused whenever such a loss is seen."""
+        searched for the value; data read from a dataset at each draw cannot be searched at construction, nor can a
+        target computed from the batch (not one of its tensors as they are, e.g. ``y - 1``): both are refused
+        whenever such a loss is seen."""
         if not ignore_indexes:
             return None
         shards = self.shards
         for value, loss in sorted(ignore_indexes.items()):
+            name = loss.removesuffix(" (computed target)")
             grouped = (
-                f"training_step's {loss} ignores the target {value} (ignore_index) in its mean, which a batch padded "
+                f"training_step's {name} ignores the target {value} (ignore_index) in its mean, which a batch padded "
                 "with zero-weight samples does not reproduce; the jobs of a step are grouped by batch shape instead "
                 "(exact, slower)"
             )
+            if loss.endswith("(computed target)"):
+                return f"{grouped}: its target is computed from the batch, so the data cannot be searched for it"
             if not isinstance(shards, ClientShards) or (
                 shards.transform is not None and _integer(pytree.tree_leaves(batch)[0])
             ):

@@ -51,11 +51,14 @@ _NLL_ARGS = _CE_ARGS[:7]  # F.nll_loss's arguments: F.cross_entropy's but label_
 class _IgnoreIndexes(TorchFunctionMode):
     """Records, while active, the ``ignore_index`` of every class-index ``F.cross_entropy`` or ``F.nll_loss`` call
     whose reduction is a mean (``nll_loss`` divides by the number of samples whose target is not ``ignore_index``,
-    which a batch padded with zero-weight samples does not preserve), by loss name in :attr:`found`."""
+    which a batch padded with zero-weight samples does not preserve), by loss name in :attr:`found`; the loss name
+    ends in ``" (computed target)"`` where a call outside ``vmap`` takes a target that is not one of ``batch``'s
+    integer tensors (or its first samples) as they are, so that searching the data for the value would not do."""
 
-    def __init__(self) -> None:
+    def __init__(self, batch: Any) -> None:
         super().__init__()
         self.found: dict[int, str] = {}
+        self.leaves = [leaf for leaf in pytree.tree_leaves(batch) if isinstance(leaf, Tensor) and leaf.dim() > 0]
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -66,8 +69,31 @@ class _IgnoreIndexes(TorchFunctionMode):
             legacy = bound.get("size_average") is not None or bound.get("reduce") is not None
             mean = legacy or bound.get("reduction", "mean") == "mean"
             if mean and isinstance(target, Tensor) and not target.is_floating_point():
-                self.found.setdefault(int(bound.get("ignore_index", -100)), func.__name__)
+                value, name = int(bound.get("ignore_index", -100)), func.__name__
+                if not functorch.is_batchedtensor(target) and not self._from_batch(target):
+                    name += " (computed target)"
+                if value not in self.found or name.endswith(")"):  # a computed target decides
+                    self.found[value] = name
         return func(*args, **kwargs)
+
+    def _from_batch(self, target: Tensor) -> bool:
+        """Whether ``target`` is a tensor of the batch or of its first samples as it is (the same memory and
+        values: the batch itself, a view or a no-op conversion of it); equal values alone do not say that a target
+        computed from the batch (``torch.where(y == 2, -1, y)``) equals the data on every batch."""
+        while functorch.is_gradtrackingtensor(target):  # grad's wrapper (the probe's call is under grad_and_value)
+            target = functorch.get_unwrapped(target)
+        try:
+            memory = target.untyped_storage().data_ptr()
+            flat = target.flatten()
+            for leaf in self.leaves:
+                if leaf.untyped_storage().data_ptr() != memory:
+                    continue
+                for part in (leaf, leaf[: leaf.shape[0] - 1]):
+                    if part.numel() == flat.numel() and bool((part.flatten() == flat).all()):
+                        return True
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (another transform's wrapper)
+            pass
+        return False
 
 
 class _CohortLog:
@@ -492,7 +518,7 @@ class _BatchedStep:
         padded = pytree.tree_map(lambda leaf: torch.cat([leaf[: n - 1], leaf[:1]]), batch)
         full = torch.full((n,), 1.0 / n, dtype=self.flat.params[0].dtype, device=self.device)
         pad = torch.cat([torch.full((n - 1,), 1.0 / (n - 1), dtype=full.dtype, device=self.device), full[:1] * 0])
-        recorder = _IgnoreIndexes()
+        recorder = _IgnoreIndexes(batch)
         with self.stand_ins(CohortJobTrainer()), torch.enable_grad(), recorder:
             cases = []
             for reference, (b, w) in ((batch, (batch, full)), (shorter, (padded, pad))):

@@ -371,3 +371,24 @@ def test_what_jobs_log_is_reduced_as_by_each_jobs_own_joblog(shards, monkeypatch
         assert torch.equal(a.weights, b.weights)
         assert a.metrics == b.metrics and a.metrics.keys() == {"train_loss", "plain", "flags", "peak", "switch"}
         assert a.metrics == pytest.approx(fast.train(j, start).metrics, rel=1e-5)
+
+
+class ShiftedLabel(LeNet5):
+    """A target computed from the batch (label 2 marked -1, ignored): the data holds no -1, the computed target
+    does, and the largest client's first batch holds no 2 (the probe alone passes)."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self(x), torch.where(y == 2, -1, y), ignore_index=-1)
+
+
+def test_an_ignore_index_on_a_target_computed_from_the_batch_is_not_padded_and_equals_fast(shards):
+    torch.manual_seed(0)
+    fast, cohort, calls, start = engines(ShiftedLabel(lr=0.05).double(), double(shards))
+    assert "ignores the target -1" in cohort.no_padding_because
+    assert "computed from the batch" in cohort.no_padding_because
+    jobs = [job(c, 1, seed=90 + c) for c in range(12)]
+    updates = cohort.train_many(jobs, [start] * len(jobs))
+    assert len(calls.sizes) > max(u.num_steps for u in updates)  # grouped by batch shape
+    for update, j in zip(updates, jobs):
+        torch.testing.assert_close(update.weights, fast.train(j, start).weights, rtol=0, atol=1e-12)
