@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from lit_asyncfl.client_callbacks.base import ClientCallback, LearningRateDecay, ProximalTerm
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
+from lit_asyncfl.data.shards import ClientShards
 from lit_asyncfl.engines.base import (
     LocalEngine,
     OneDNN,
@@ -96,13 +97,25 @@ def check_cohort_support(module: nn.Module, callbacks: Sequence[ClientCallback] 
     return optimizer_settings(optimizer, schedulers)
 
 
+def _integer(t: Any) -> bool:
+    """Whether ``t`` is a tensor of integers (what a class-index target can be)."""
+    return isinstance(t, Tensor) and not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+
+
+def _representable(value: int, dtype: torch.dtype) -> bool:
+    """Whether an integer tensor of ``dtype`` can hold ``value`` (a uint8 tensor never holds -100)."""
+    info = torch.iinfo(dtype)
+    return info.min <= value <= info.max
+
+
 class CohortEngine(LocalEngine):
     """Trains many client jobs at once (the ``cohort`` engine).
 
     The jobs' weights are stacked into one ``[jobs, parameters]`` tensor, in rows ordered by decreasing number of
     local steps; at local step ``t`` every job that still trains (the first rows) is trained in one call of
     ``vmap(functional_call(training_step))`` (its gradient taken by autograd outside ``vmap``; convolutions and
-    max-pooling run channels-last over the jobs, see :mod:`~lit_asyncfl.engines.cohort_kernels`, unless
+    max-pooling run channels-last over the jobs, linear layers and the cross-entropy loss as one call over them,
+    see :mod:`~lit_asyncfl.engines.cohort_kernels`, unless
     :attr:`kernels_off_because` says why not; with ``compile=True`` the gradient stays inside ``vmap``, what
     ``torch.compile`` traces, and nothing is routed), each on exactly the batch the ``fast`` engine would give it
     (same generator, same order), whatever the shard sizes:
@@ -114,7 +127,9 @@ class CohortEngine(LocalEngine):
       ``training_step`` logs likewise), which is checked once at construction (:meth:`padding_refusal`); for any
       other module (a sum-reduced loss, a loss coupling the samples of a batch, random operations)
       :attr:`no_padding_because` says why and the jobs of a step are grouped by batch shape instead, as exact and
-      slower. A step where every batch is full needs no padding and runs ``training_step`` on the whole batches.
+      slower. So is a mean-reduced ``F.cross_entropy``/``F.nll_loss`` whose ``ignore_index`` some client's data holds
+      (searched at construction; data read from a dataset at each draw cannot be searched and is not padded). A
+      step where every batch is full needs no padding and runs ``training_step`` on the whole batches.
     - A job that has finished its steps **sits out** the remaining steps of its cohort: its row is past the rows
       that step, so no update, weight decay or momentum touches it.
     - Jobs of more than one local epoch whose shards differ are at different epochs and batch indices at the same
@@ -188,8 +203,9 @@ class CohortEngine(LocalEngine):
 
     @property
     def kernels_off_because(self) -> str | None:
-        """Why the batched steps do not route convolutions and max-pooling channels-last over the jobs
-        (:class:`~lit_asyncfl.engines.BatchedKernels`), or ``None`` while they do: ``compile=True``, or
+        """Why the batched steps do not route convolutions and max-pooling (channels-last), linear layers and the
+        cross-entropy loss over the jobs (:class:`~lit_asyncfl.engines.BatchedKernels`), or ``None`` while they do:
+        ``compile=True``, a device other than the CPU, or
         ``training_step`` raised on the routed output (e.g. ``x.view(x.size(0), -1)`` after a convolution, found
         at construction by one batched step of 2 jobs on the largest client's first batch, or at the first step
         that raised, which is redone without them). Such a module trains with ``vmap``'s own kernels: the same
@@ -225,14 +241,55 @@ class CohortEngine(LocalEngine):
         the largest client's first batch at the start weights: the loss, its gradient and the logged values on
         that batch must equal the mean of ``training_step`` on each of its samples alone, and on a batch padded
         with one zero-weight sample they must equal the unpadded batch's (a sum-reduced loss, a loss that couples
-        the samples of a batch, random operations or an exception make the check fail). When it fails the engine
-        groups jobs by batch shape instead (exact, slower).
+        the samples of a batch, random operations or an exception make the check fail). A mean-reduced
+        ``F.cross_entropy``/``F.nll_loss`` on class indices divides by the samples whose target is not its
+        ``ignore_index``: the check records that value and searches every client's data for it (a batch without it
+        passes the check), refusing padding where a client holds it or the data cannot be searched
+        (:class:`~lit_asyncfl.data.DatasetShards`). When it fails the engine groups jobs by batch shape instead
+        (exact, slower).
         """
         sizes = [self.shards.num_samples(c) for c in range(self.shards.num_clients)]
         if not sizes or max(sizes) < 2 or self.batch_size < 2:
             return None  # every batch holds one sample: nothing is ever padded
         with generators_kept(self.device), OneDNN(self.onednn):
-            return self.batched.padding_refusal(self._probe_batch())
+            batch = self._probe_batch()
+            refusal = self.batched.padding_refusal(batch)
+        return refusal or self._ignore_index_refusal(self.batched.ignore_indexes, batch)
+
+    def _ignore_index_refusal(self, ignore_indexes: dict[int, str], batch: Any) -> str | None:
+        """Why the ``ignore_index`` of a mean-reduced loss seen by the padding probe makes padding inexact, or
+        ``None``: such a loss divides by the number of samples whose target is not ``ignore_index`` (and a sample
+        alone whose target is ignored has the loss 0/0), so a padded batch's ``1/n`` weights differ from it where a
+        batch holds that value. Every integer tensor of every client's resident data
+        (:class:`~lit_asyncfl.data.ClientShards`: the targets, and the inputs where no ``transform`` changes them) is
+        searched for the value; data read from a dataset at each draw cannot be searched at construction, nor can a
+        target computed from the batch (not one of its tensors as they are, e.g. ``y - 1``): both are refused
+        whenever such a loss is seen."""
+        if not ignore_indexes:
+            return None
+        shards = self.shards
+        for value, loss in sorted(ignore_indexes.items()):
+            name = loss.removesuffix(" (computed target)")
+            grouped = (
+                f"training_step's {name} ignores the target {value} (ignore_index) in its mean, which a batch padded "
+                "with zero-weight samples does not reproduce; the jobs of a step are grouped by batch shape instead "
+                "(exact, slower)"
+            )
+            if loss.endswith("(computed target)"):
+                return f"{grouped}: its target is computed from the batch, so the data cannot be searched for it"
+            if not isinstance(shards, ClientShards) or (
+                shards.transform is not None and _integer(pytree.tree_leaves(batch)[0])
+            ):
+                return f"{grouped}: the clients' data ({type(shards).__name__}) cannot be searched for it beforehand"
+            tensors = [shards.targets] + ([shards.inputs] if shards.transform is None else [])
+            for t in tensors:
+                if not _integer(t) or not _representable(value, t.dtype):
+                    continue
+                rows = (t == value).reshape(len(t), -1).any(1)
+                for client, index in enumerate(shards.indices):
+                    if bool(rows[index].any()):
+                        return f"{grouped}: client {client}'s data holds {value}"
+        return None
 
     def _lr(self, job: ClientJob) -> float:
         lr = self.lr

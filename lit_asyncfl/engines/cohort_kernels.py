@@ -1,5 +1,5 @@
 """Faster kernels for the cohort engine's batched step: 2-D convolutions and max-pooling over the stacked jobs run
-channels-last on the CPU.
+channels-last on the CPU, linear layers and the cross-entropy loss as one call over the jobs.
 
 Under ``vmap``, a convolution whose weights differ per job becomes one grouped convolution (one group per job,
 the jobs folded into the channels) and a max-pooling folds the jobs into the samples. ``vmap``'s own rules lay both
@@ -43,6 +43,8 @@ _CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "group
 _POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
 _LINEAR_ARGS = ("input", "weight", "bias")
 _CE_ARGS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
+#: The class-index target dtypes ``F.cross_entropy`` takes (int32, which it rejects, is left to vmap's own rule).
+_CE_TARGETS = (torch.long, torch.uint8)
 
 
 def _vmap_levels() -> list[tuple[int, int]]:
@@ -127,11 +129,13 @@ class BatchedKernels(TorchFunctionMode):
     loss where its input is ``[samples, classes]`` and its class-index target ``[samples]`` for each job, batched at
     every level, without class weights or label smoothing.
 
-    Both are routed over 2 jobs or more (the outermost ``vmap`` level's size; a single job keeps ``vmap``'s own
-    rule, which is its own operation): the convolution when its weights (and bias) are batched at the outermost
-    level only (the jobs) and its 4-D input at every level, its padding is not a string, and oneDNN is enabled
-    (``torch.backends.mkldnn``: without it the channels-last grouped convolution is slower than ``vmap``'s own);
-    max-pooling when its 4-D input is batched at every level and no indices are asked for. Both only when their
+    The four are routed over 2 jobs or more (the outermost ``vmap`` level's size; a single job keeps ``vmap``'s own
+    rule, which is its own operation), the loss only for int64 or uint8 targets (what ``F.cross_entropy`` takes; an
+    int32 target keeps ``vmap``'s rule, which takes it); the convolution when its weights (and bias) are batched at
+    the outermost level only (the jobs) and its 4-D input at every level, its padding is not a string, and oneDNN
+    is enabled (``torch.backends.mkldnn``: without it the channels-last grouped convolution is slower than
+    ``vmap``'s own); max-pooling when its 4-D input is batched at every level and no indices are asked for. These two
+    only when their
     input is already laid out as a routed call leaves it (the output of a routed call or an element-wise function
     of it: the conversion is a view) or needs no gradient (the data); an activation laid out by another operation
     (a normalization, a residual sum) is left to ``vmap``'s rules, as converting it forward and backward at every
@@ -279,7 +283,7 @@ class BatchedKernels(TorchFunctionMode):
             return None
         if reduction not in ("mean", "sum", "none") or input.device.type != "cpu":
             return None
-        if input.dim() != 2 or target.dim() != 1 or target.is_floating_point():  # class indices of [n, classes]
+        if input.dim() != 2 or target.dim() != 1 or target.dtype not in _CE_TARGETS:  # class indices of [n, classes]
             return None
         levels = _vmap_levels()
         if not levels or levels[0][1] < 2:

@@ -14,15 +14,17 @@ from typing import Any
 import lightning as L
 import torch
 import torch._C._functorch as functorch
+import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
 from torch._functorch.vmap import lazy_load_decompositions
 from torch.func import functional_call, grad_and_value, vmap
+from torch.overrides import TorchFunctionMode
 from torchmetrics import Metric
 
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.engines.base import generator_state, restore_generators
-from lit_asyncfl.engines.cohort_kernels import BatchedKernels
+from lit_asyncfl.engines.cohort_kernels import _CE_ARGS, BatchedKernels
 from lit_asyncfl.loops.stand_in import JobTrainer
 
 log = logging.getLogger("lit_asyncfl")
@@ -62,6 +64,57 @@ def _logged_twice(name: str) -> str:
 
 def _refuse_metric(*args: Any, **kwargs: Any) -> None:
     raise _MetricRefused(METRIC_REFUSAL)
+
+
+_NLL_ARGS = _CE_ARGS[:7]  # F.nll_loss's arguments: F.cross_entropy's but label_smoothing
+
+
+class _IgnoreIndexes(TorchFunctionMode):
+    """Records, while active, the ``ignore_index`` of every class-index ``F.cross_entropy`` or ``F.nll_loss`` call
+    whose reduction is a mean (``nll_loss`` divides by the number of samples whose target is not ``ignore_index``,
+    which a batch padded with zero-weight samples does not preserve), by loss name in :attr:`found`; the loss name
+    ends in ``" (computed target)"`` where a call outside ``vmap`` takes a target that is not one of ``batch``'s
+    integer tensors (or its first samples) as they are, so that searching the data for the value would not do."""
+
+    def __init__(self, batch: Any) -> None:
+        super().__init__()
+        self.found: dict[int, str] = {}
+        self.leaves = [leaf for leaf in pytree.tree_leaves(batch) if isinstance(leaf, Tensor) and leaf.dim() > 0]
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is F.cross_entropy or func is F.nll_loss:
+            names = _CE_ARGS if func is F.cross_entropy else _NLL_ARGS
+            bound = dict(zip(names, args), **kwargs)
+            target = bound.get("target")
+            legacy = bound.get("size_average") is not None or bound.get("reduce") is not None
+            mean = legacy or bound.get("reduction", "mean") == "mean"
+            if mean and isinstance(target, Tensor) and not target.is_floating_point():
+                value, name = int(bound.get("ignore_index", -100)), func.__name__
+                if not functorch.is_batchedtensor(target) and not self._from_batch(target):
+                    name += " (computed target)"
+                if value not in self.found or name.endswith(")"):  # a computed target decides
+                    self.found[value] = name
+        return func(*args, **kwargs)
+
+    def _from_batch(self, target: Tensor) -> bool:
+        """Whether ``target`` is a tensor of the batch or of its first samples as it is (the same memory and
+        values: the batch itself, a view or a no-op conversion of it); equal values alone do not say that a target
+        computed from the batch (``torch.where(y == 2, -1, y)``) equals the data on every batch."""
+        while functorch.is_gradtrackingtensor(target):  # grad's wrapper (the probe's call is under grad_and_value)
+            target = functorch.get_unwrapped(target)
+        try:
+            memory = target.untyped_storage().data_ptr()
+            flat = target.flatten()
+            for leaf in self.leaves:
+                if leaf.untyped_storage().data_ptr() != memory:
+                    continue
+                for part in (leaf, leaf[: leaf.shape[0] - 1]):
+                    if part.numel() == flat.numel() and bool((part.flatten() == flat).all()):
+                        return True
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (another transform's wrapper)
+            pass
+        return False
 
 
 class _CohortLog:
@@ -203,8 +256,12 @@ class _BatchedStep:
         self.metrics = [m for m in module.modules() if isinstance(m, Metric)]
         for metric in self.metrics:  # one state per job cannot be batched: refused at fit start (step_refusal)
             metric.update = metric.forward = _refuse_metric  # type: ignore[method-assign]
-        #: The convolutions and max-poolings routed channels-last over the stacked jobs (its ``routed`` counts them).
+        #: The operations routed over the stacked jobs (convolutions and max-poolings channels-last, linear layers
+        #: and cross-entropy losses; its ``routed`` counts them by name).
         self.kernels = BatchedKernels()
+        #: The ``ignore_index`` of each mean-reduced class-index ``F.cross_entropy``/``F.nll_loss`` call of the padding
+        #: probe (:meth:`padding_refusal`), with the loss's name: padding is exact only where no target holds it.
+        self.ignore_indexes: dict[int, str] = {}
         #: Why the batched steps run without :attr:`kernels` (``vmap``'s own rules), or ``None`` while they route.
         self.kernels_off_because: str | None = (
             "compile=True: the gradient is taken inside vmap, where nothing is routed"
@@ -266,11 +323,13 @@ class _BatchedStep:
             self.kernels.routed = routed  # the calls of the steps taken
             result = run(params, args, contextlib.nullcontext())  # what raises here too is the module's own
             self.kernels_off_because = (
-                f"training_step raised {reason} on the routed channels-last kernels' output (it runs without them; "
-                "e.g. x.view(x.size(0), -1) after a convolution or pooling: x.flatten(1) or x.reshape takes them)"
+                f"training_step raised {reason} with the batched kernels routed (it runs without them, on vmap's own "
+                "rules; e.g. x.view(x.size(0), -1) on a routed convolution's or pooling's channels-last output: "
+                "x.flatten(1) or x.reshape takes it)"
             )
             log.warning(
-                "lit_asyncfl: engine='cohort' runs without its channels-last kernels: %s", self.kernels_off_because
+                "lit_asyncfl: engine='cohort' runs without its batched kernels (cohort_kernels): %s",
+                self.kernels_off_because,
             )
             return result
 
@@ -494,17 +553,20 @@ class _BatchedStep:
             return f"training_step raised {type(error).__name__} on single samples: {error}"
 
     def _probe_padding(self, batch: Any, n: int) -> str | None:
+        self.ignore_indexes = {}
         params = {name: p.detach() for name, p in zip(self.names, self.flat.params)}
         shorter = pytree.tree_map(lambda leaf: leaf[: n - 1], batch)
         padded = pytree.tree_map(lambda leaf: torch.cat([leaf[: n - 1], leaf[:1]]), batch)
         full = torch.full((n,), 1.0 / n, dtype=self.flat.params[0].dtype, device=self.device)
         pad = torch.cat([torch.full((n - 1,), 1.0 / (n - 1), dtype=full.dtype, device=self.device), full[:1] * 0])
-        with self.stand_ins(CohortJobTrainer()), torch.enable_grad():
+        recorder = _IgnoreIndexes(batch)
+        with self.stand_ins(CohortJobTrainer()), torch.enable_grad(), recorder:
             cases = []
             for reference, (b, w) in ((batch, (batch, full)), (shorter, (padded, pad))):
                 want_g, (want, want_log) = grad_and_value(self.loss, has_aux=True)(params, reference, 0)
                 got_g, (got, got_log) = grad_and_value(self.padded_loss, has_aux=True)(params, b, w, 0)
                 cases.append(([want, *want_g.values(), *want_log.values()], [got, *got_g.values(), *got_log.values()]))
+        self.ignore_indexes = recorder.found
         for want_all, got_all in cases:
             if len(want_all) != len(got_all):
                 return "training_step logs other values on single samples"

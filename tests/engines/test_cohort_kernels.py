@@ -211,3 +211,18 @@ def test_cross_entropy_options_the_route_does_not_cover_run_vmaps_rules():
         vmap(lambda s: vmap(lambda v: F.linear(s, v))(w.transpose(1, 2)))(x[0])  # weights batched inside only
     assert not kernels.routed
     torch.testing.assert_close(a[1], F.cross_entropy(x[1], y[1]))
+
+
+def test_cross_entropy_routes_the_target_dtypes_it_takes_and_leaves_the_others_to_vmap():
+    """F.cross_entropy takes int64 and uint8 class indices (int32 it rejects, vmap's own rule takes it): the route
+    runs on those two only, so an int32 target keeps vmap's rule for the loss instead of raising in the routed call
+    (which turned every kernel off)."""
+    torch.manual_seed(7)
+    x, y = torch.randn(3, 5, 4), torch.randint(0, 4, (3, 5))
+    want = torch.stack([F.cross_entropy(x[j], y[j]) for j in range(3)])
+    for dtype, routed in ((torch.long, 1), (torch.uint8, 1), (torch.int32, 0)):
+        kernels = BatchedKernels()
+        with kernels:
+            got = vmap(lambda x, y: F.cross_entropy(x, y))(x, y.to(dtype))
+        assert kernels.routed["cross_entropy"] == routed, dtype
+        torch.testing.assert_close(got, want)

@@ -9,11 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import global_weights, run
+from torch import nn
+from torch.utils.data import TensorDataset
 
 from lit_asyncfl.algorithms import FedAvg
 from lit_asyncfl.client_callbacks import LearningRateDecay, ProximalTerm
 from lit_asyncfl.core.update import ClientJob, JobTiming
-from lit_asyncfl.data import ClientShards, DigitsDataModule
+from lit_asyncfl.data import ClientShards, DatasetShards, DigitsDataModule
 from lit_asyncfl.engines import CohortTrainer, LocalTrainer
 from lit_asyncfl.engines.cohort import _CohortLogs
 from lit_asyncfl.models import MLP, LeNet5
@@ -185,6 +187,61 @@ def test_a_loss_that_is_not_a_per_sample_mean_is_not_padded_and_still_matches_fa
     assert len(calls.sizes) > max(u.num_steps for u in updates)  # grouped by batch shape instead
     for update, j in zip(updates, jobs):
         torch.testing.assert_close(update.weights, fast.train(j, start).weights, rtol=0, atol=1e-6)
+
+
+class IgnoredLabel(LeNet5):
+    """A mean-reduced loss ignoring one label: nll_loss divides by the samples whose target is not ignored (and a
+    sample alone with that target has the loss 0/0), what zero-weight padding with 1/n weights does not give."""
+
+    ignored, loss = 2, "cross_entropy"
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if self.loss == "nll_loss":
+            loss = F.nll_loss(F.log_softmax(self(x), 1), y, ignore_index=self.ignored)
+        else:
+            loss = nn.CrossEntropyLoss(ignore_index=self.ignored)(self(x), y)  # F.cross_entropy inside
+        self.log("train_loss", loss)
+        return loss
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss"])
+def test_an_ignore_index_some_client_holds_is_not_padded_and_equals_fast(loss, shards, monkeypatch):
+    """The ignored label is in client 0's data but not in the largest client's first batch (the batch the padding
+    probe runs on, where it would pass): the data is searched, padding refused, and the jobs equal fast (float64)."""
+    monkeypatch.setattr(IgnoredLabel, "loss", loss)
+    torch.manual_seed(0)
+    fast, cohort, calls, start = engines(IgnoredLabel(lr=0.05).double(), double(shards))
+    assert IgnoredLabel.ignored not in cohort._probe_batch()[1]  # the probe's batch alone would not show it
+    assert IgnoredLabel.ignored in shards.targets[shards.indices[0]]
+    refusal = cohort.no_padding_because
+    assert f"{loss} ignores the target 2 (ignore_index)" in refusal and "grouped by batch shape" in refusal
+    jobs = [job(c, 1, seed=80 + c) for c in range(12)]
+    updates = cohort.train_many(jobs, [start] * len(jobs))
+    assert len(calls.sizes) > max(u.num_steps for u in updates)  # grouped by batch shape
+    for update, j in zip(updates, jobs):
+        expected = fast.train(j, start)
+        torch.testing.assert_close(update.weights, expected.weights, rtol=0, atol=1e-12)
+        assert update.metrics["train_loss"] == pytest.approx(expected.metrics["train_loss"], rel=1e-12)
+
+
+def test_the_default_ignore_index_on_ordinary_labels_still_pads(shards):
+    """ignore_index=-100 (the default) with labels 0-9: nothing to ignore, so padding stays on (one call a step)."""
+    torch.manual_seed(0)
+    _fast, cohort, calls, start = engines(LeNet5(lr=0.05).double(), double(shards))
+    assert cohort.batched.ignore_indexes == {-100: "cross_entropy"}  # seen by the probe, not found in the data
+    assert cohort.no_padding_because is None
+    updates = cohort.train_many([job(c, 1, seed=c) for c in range(12)], [start] * 12)
+    assert len(calls.sizes) == max(u.num_steps for u in updates)
+
+
+def test_an_ignore_index_in_data_read_from_a_dataset_refuses_padding(shards):
+    """Data read from a dataset at each draw cannot be searched at construction: padding is refused outright."""
+    dataset = TensorDataset(shards.inputs, shards.targets)
+    data = DatasetShards(dataset, [i.numpy() for i in shards.indices])
+    cohort = CohortTrainer(LeNet5(lr=0.05), data, 10)
+    assert "ignores the target -100" in cohort.no_padding_because
+    assert "(DatasetShards) cannot be searched" in cohort.no_padding_because
 
 
 def test_a_whole_padded_run_equals_fast_within_tolerance_and_is_deterministic(tmp_path):
@@ -403,3 +460,24 @@ def test_a_batch_size_read_from_the_batch_is_not_padded(shards):
     with pytest.raises(ValueError, match=r"log\('sized', \.\.\., batch_size=\.\.\.\) in a padded step.*engine='fast'"):
         cohort.train_many(jobs, [start] * 12)
     assert cohort.kernels_off_because is None
+
+
+class ShiftedLabel(LeNet5):
+    """A target computed from the batch (label 2 marked -1, ignored): the data holds no -1, the computed target
+    does, and the largest client's first batch holds no 2 (the probe alone passes)."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self(x), torch.where(y == 2, -1, y), ignore_index=-1)
+
+
+def test_an_ignore_index_on_a_target_computed_from_the_batch_is_not_padded_and_equals_fast(shards):
+    torch.manual_seed(0)
+    fast, cohort, calls, start = engines(ShiftedLabel(lr=0.05).double(), double(shards))
+    assert "ignores the target -1" in cohort.no_padding_because
+    assert "computed from the batch" in cohort.no_padding_because
+    jobs = [job(c, 1, seed=90 + c) for c in range(12)]
+    updates = cohort.train_many(jobs, [start] * len(jobs))
+    assert len(calls.sizes) > max(u.num_steps for u in updates)  # grouped by batch shape
+    for update, j in zip(updates, jobs):
+        torch.testing.assert_close(update.weights, fast.train(j, start).weights, rtol=0, atol=1e-12)

@@ -64,7 +64,7 @@ def test_a_view_flatten_is_found_at_construction_and_trains_unrouted_like_fast(s
     built = CohortEngine(model, shards, 10)  # the probe finds it before any job
     assert "RuntimeError" in built.kernels_off_because and "view" in built.kernels_off_because
     assert not built.batched.kernels.routed
-    assert "runs without its channels-last kernels" in caplog.text  # said, not only kept in an attribute
+    assert "runs without its batched kernels" in caplog.text  # said, not only kept in an attribute
     cohort, _ = train_both(model, shards)
     assert cohort.no_padding_because is None  # padded steps, the probe's second case
     assert "RuntimeError" in cohort.kernels_off_because and "view" in cohort.kernels_off_because
