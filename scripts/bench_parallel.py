@@ -36,7 +36,7 @@ jobs computing slower side by side. The last lines are machine-readable, one per
 last): ``speedup=<Ray / sequential updates per second, median> limit=<this machine's limit> efficiency=<speedup / limit>
 weights identical`` (or ``weights differ``), for the first Ray configuration (``train_locally``; with GPU workers,
 the other one). The limit is measured in the same run: ``--workers`` raw PyTorch loops of the heavy workload's
-SGD step at once against one (the median of three alternating measurements).
+SGD step at once against one, each loop on the workload's data (the median of five alternating measurements).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ import contextlib
 import statistics
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -199,15 +200,20 @@ def ideal_wall(trace: Trace, workers: int, window: int) -> float:
 
 
 RAW_LOOP = """
-import time, torch
+import sys, time, torch
 torch.set_num_threads(1)
+sys.path.insert(0, {scripts!r})
+from bench_parallel import CifarShaped
 from lit_asyncfl.models import SimpleCNN
+data = CifarShaped()  # the workload's data, built as the run builds it (see machine_scaling)
 model = SimpleCNN(in_channels=3, input_size=32, lr=0.01)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(10, 3, 32, 32), torch.randint(0, 10, (10,))
+order = torch.randperm(len(data.y), generator=torch.Generator().manual_seed(0))
 for step in range(20 + {steps}):
     if step == 20:
         start, cpu = time.perf_counter(), time.thread_time()
+    i = order[(10 * step) % 1990 : (10 * step) % 1990 + 10]
+    x, y = data.x[i], data.y[i]
     optimizer.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     optimizer.step()
@@ -215,19 +221,29 @@ print(time.perf_counter() - start, time.thread_time() - cpu)
 """
 
 
-def machine_scaling(processes: int, steps: int = 400, repeats: int = 3) -> tuple[float, float]:
+def machine_scaling(processes: int, steps: int = 400, repeats: int = 5) -> tuple[float, float]:
     """This machine's own limit for ``processes`` parallel trainings: the heavy workload's SGD step in a raw PyTorch
     loop, one thread, run alone and then in ``processes`` processes at once (all at this process's priority, as the
     Ray workers since they run at their node's); returns their summed throughput over the lone one's (``processes``
     on ideal cores; less where the cores share caches, memory bandwidth or a host), the median of ``repeats``
     alternating measurements (one pair alone read 1.52x and 1.93x on the same quiet VM the same day); and how much
     more CPU time a step took in the loops at once than in the lone one (the median ratio, minus one: what sharing
-    the machine costs a step's computation itself, apart from waiting for a core)."""
+    the machine costs a step's computation itself, apart from waiting for a core).
+
+    Each loop builds the workload's data (:class:`CifarShaped`) and draws its batches from it, as the jobs do. That
+    matters beyond the data: building it frees tens of MB of temporaries, which raises glibc's malloc threshold for
+    mmap (it follows the largest freed block), so a step's activations are then reused from the heap, not mapped
+    afresh (page faults, pages zeroed) at every step. Every run's processes are in that state (their data, their
+    evaluations); a loop of one fixed batch in a fresh process was not: there the same step took 7.3-7.8 ms of CPU
+    against 3.9-4.7 ms, and its page faults, which two processes take in parallel without sharing caches, read a
+    limit of 1.77-2.00x against 1.67-1.77x for the step as the jobs run it (three alternating pairs each, 27 November,
+    quiet 2-core VM)."""
     import subprocess
     import sys
 
     def launch() -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-c", RAW_LOOP.format(steps=steps)], stdout=subprocess.PIPE, text=True)
+        code = RAW_LOOP.format(steps=steps, scripts=str(Path(__file__).resolve().parent))
+        return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 
     ratios, slower = [], []
     for _ in range(repeats):
@@ -447,7 +463,7 @@ def main() -> None:
     limit, slower = machine_scaling(args.workers)
     print(
         f"this machine's own limit: {args.workers} raw PyTorch loops of the heavy workload's step at once train "
-        f"{limit:.2f}x one loop's steps per second (median of 3 alternating measurements); a step took {slower:+.0%} "
+        f"{limit:.2f}x one loop's steps per second (median of 5 alternating measurements); a step took {slower:+.0%} "
         "CPU time in the loops at once"
     )
     for name in names:
