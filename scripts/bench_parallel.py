@@ -212,7 +212,7 @@ order = torch.randperm(len(data.y), generator=torch.Generator().manual_seed(0))
 for step in range(20 + {steps}):
     if step == 20:
         start, cpu = time.perf_counter(), time.thread_time()
-    i = order[(10 * step) % 1990 : (10 * step) % 1990 + 10]
+    i = order[(10 * step) % (len(order) - 10) :][:10]
     x, y = data.x[i], data.y[i]
     optimizer.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -232,12 +232,12 @@ def machine_scaling(processes: int, steps: int = 400, repeats: int = 5) -> tuple
 
     Each loop builds the workload's data (:class:`CifarShaped`) and draws its batches from it, as the jobs do. That
     matters beyond the data: building it frees tens of MB of temporaries, which raises glibc's malloc threshold for
-    mmap (it follows the largest freed block), so a step's activations are then reused from the heap, not mapped
-    afresh (page faults, pages zeroed) at every step. Every run's processes are in that state (their data, their
-    evaluations); a loop of one fixed batch in a fresh process was not: there the same step took 7.3-7.8 ms of CPU
-    against 3.9-4.7 ms, and its page faults, which two processes take in parallel without sharing caches, read a
-    limit of 1.77-2.00x against 1.67-1.77x for the step as the jobs run it (three alternating pairs each, 27 November,
-    quiet 2-core VM)."""
+    mmap (it follows the largest freed block, up to 32 MiB), so a step's activations are then reused from the heap,
+    not mapped afresh (page faults, pages zeroed) at every step. Every run's processes are in that state (their
+    data, their evaluations); a loop of one fixed batch in a fresh process was not: there the same step took 7.3-7.8
+    ms of CPU against 3.9-4.7 ms, and its page faults, which two processes take in parallel without sharing caches,
+    read a limit of 1.77-2.00x against 1.67-1.77x for the step as the jobs run it (three alternating pairs each, 27
+    November, quiet 2-core VM)."""
     import subprocess
     import sys
 

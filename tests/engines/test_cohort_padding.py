@@ -401,6 +401,10 @@ def test_what_jobs_log_is_summed_in_float32_whatever_the_default_dtype(shards, m
         assert a.metrics == b.metrics
 
 
+#: The batch indices the modules below ran ``training_step`` at (the engines train copies of a module).
+STEPS_CALLED: list[int] = []
+
+
 class _LogsTwice(MLP):
     """Logs one name twice in a step (from step ``from_step`` on): both values count in the job's mean under
     ``engine='fast'`` and in Lightning."""
@@ -408,6 +412,7 @@ class _LogsTwice(MLP):
     from_step = 0
 
     def training_step(self, batch, batch_idx):
+        STEPS_CALLED.append(batch_idx)
         loss = super().training_step(batch, batch_idx)
         self.log("twice", loss)
         if batch_idx >= self.from_step:
@@ -423,12 +428,13 @@ def test_a_name_logged_twice_in_a_step_is_refused_naming_the_fast_engine(shards)
         CohortTrainer(_LogsTwice(input_dim=64, hidden_dims=(16,), lr=0.1), shards, 10)
     later = _LogsTwice(input_dim=64, hidden_dims=(16,), lr=0.1)
     later.from_step = 1
+    STEPS_CALLED.clear()
     cohort = CohortTrainer(later, shards, 10)
     start = cohort.flat.read()
     jobs = [job(c, 1, seed=30 + c) for c in range(6)]
     with pytest.raises(ValueError, match=r"twice in one training_step.*engine='fast'"):
         cohort.train_many(jobs, [start] * 6)
-    assert cohort.kernels_off_because is None  # not taken for the kernels' failure
+    assert cohort.kernels_off_because is None and STEPS_CALLED.count(1) == 1  # raised, not redone
 
 
 class _LogsWithBatchSize(MLP):
@@ -437,6 +443,7 @@ class _LogsWithBatchSize(MLP):
     from_step = 0
 
     def training_step(self, batch, batch_idx):
+        STEPS_CALLED.append(batch_idx)
         loss = super().training_step(batch, batch_idx)
         self.log("sized", loss, **({"batch_size": len(batch[1])} if batch_idx >= self.from_step else {}))
         return loss
@@ -455,11 +462,12 @@ def test_a_batch_size_read_from_the_batch_is_not_padded(shards):
         assert update.metrics == pytest.approx(fast.train(j, start).metrics, rel=1e-5)
     later = _LogsWithBatchSize(input_dim=64, hidden_dims=(16,), lr=0.1)
     later.from_step = 1
+    STEPS_CALLED.clear()
     _, cohort, _, start = engines(later, shards, min_batched=2)
     assert cohort.no_padding_because is None
     with pytest.raises(ValueError, match=r"log\('sized', \.\.\., batch_size=\.\.\.\) in a padded step.*engine='fast'"):
         cohort.train_many(jobs, [start] * 12)
-    assert cohort.kernels_off_because is None
+    assert cohort.kernels_off_because is None and STEPS_CALLED.count(1) == 1  # raised, not redone
 
 
 class ShiftedLabel(LeNet5):
