@@ -24,7 +24,7 @@ from torchmetrics import Metric
 
 from lit_asyncfl.core.flat import FlatParameters
 from lit_asyncfl.engines.base import generator_state, restore_generators
-from lit_asyncfl.engines.cohort_kernels import _CE_ARGS, BatchedKernels
+from lit_asyncfl.engines.cohort_kernels import _CE_ARGS, BatchedKernels, _bound
 from lit_asyncfl.loops.stand_in import JobTrainer
 
 log = logging.getLogger("lit_asyncfl")
@@ -40,10 +40,6 @@ METRIC_REFUSAL = (
 class _Refused(ValueError):
     """``training_step`` does what the batched step cannot do the way ``engine='fast'`` does it (refused at fit
     start where the probe finds it, raised where a later step does, never redone without the kernels)."""
-
-
-class _MetricRefused(_Refused):
-    """A torchmetrics object was updated (or logged) in ``training_step`` under the cohort engine."""
 
 
 def _batch_size_of_one_sample(name: str) -> str:
@@ -63,7 +59,7 @@ def _logged_twice(name: str) -> str:
 
 
 def _refuse_metric(*args: Any, **kwargs: Any) -> None:
-    raise _MetricRefused(METRIC_REFUSAL)
+    raise _Refused(METRIC_REFUSAL)
 
 
 _NLL_ARGS = _CE_ARGS[:7]  # F.nll_loss's arguments: F.cross_entropy's but label_smoothing
@@ -85,7 +81,7 @@ class _IgnoreIndexes(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is F.cross_entropy or func is F.nll_loss:
             names = _CE_ARGS if func is F.cross_entropy else _NLL_ARGS
-            bound = dict(zip(names, args), **kwargs)
+            bound = _bound(names, args, kwargs)
             target = bound.get("target")
             legacy = bound.get("size_average") is not None or bound.get("reduce") is not None
             mean = legacy or bound.get("reduction", "mean") == "mean"
@@ -408,20 +404,16 @@ class _BatchedStep:
         try:
             inner = [functorch._add_batch_dim(p, 0, level) for p in params]
             batch, weights = _batch_dim(batch, level), functorch._add_batch_dim(weights, 0, level)
-            before = self._bind(inner)
-            try:
-                samples = weights.shape[0]
-                inner_level = functorch._vmap_increment_nesting(samples, "different")
-                try:  # training_step on each sample alone: each leaf of the batch given its batch dimension back
-                    single = pytree.tree_map(lambda leaf: functorch._add_batch_dim(leaf, 0, inner_level)[None], batch)
-                    with self._single_samples():
-                        losses, logged = self.module(single, batch_idx)
-                    losses = _unbatched(losses, inner_level, samples)
-                    logged = {name: _unbatched(v, inner_level, samples) for name, v in logged.items()}
-                finally:
-                    functorch._vmap_decrement_nesting()
+            samples = weights.shape[0]
+            inner_level = functorch._vmap_increment_nesting(samples, "different")
+            try:  # training_step on each sample alone: each leaf of the batch given its batch dimension back
+                single = pytree.tree_map(lambda leaf: functorch._add_batch_dim(leaf, 0, inner_level)[None], batch)
+                with self._single_samples():
+                    losses, logged = self._call_bound(inner, single, batch_idx)
+                losses = _unbatched(losses, inner_level, samples)
+                logged = {name: _unbatched(v, inner_level, samples) for name, v in logged.items()}
             finally:
-                self._unbind(before)
+                functorch._vmap_decrement_nesting()
             loss = (losses * weights).sum()
             logged = {name: (value * weights).sum() for name, value in logged.items()}
             return _unbatched(loss, level, jobs), {name: _unbatched(v, level, jobs) for name, v in logged.items()}

@@ -49,15 +49,20 @@ def _worker_env_vars(job_env_vars: dict[str, str] | None, train_locally: bool) -
 _IDLE: dict[tuple[Any, float, float, bool], list[Any]] = {}
 
 
+def _kill(ray: Any, worker: Any) -> None:
+    """End a worker actor; one already gone is fine."""
+    try:
+        ray.kill(worker)
+    except Exception:  # pragma: no cover (already gone)
+        pass
+
+
 def release_workers() -> None:
     """End the idle Ray workers that runs of this process kept for later runs (their CPUs and GPUs return to Ray)."""
     ray = _import_ray()
     for workers in _IDLE.values():
         for worker in workers:
-            try:
-                ray.kill(worker)
-            except Exception:  # pragma: no cover (already gone)
-                pass
+            _kill(ray, worker)
     _IDLE.clear()
 
 
@@ -128,10 +133,7 @@ class _WorkerPool:
             ):
                 return
             for worker in _IDLE.pop(key):
-                try:
-                    ray.kill(worker)
-                except Exception:  # pragma: no cover (already gone)
-                    pass
+                _kill(ray, worker)
 
     def _default_workers(self, ray: Any) -> int:
         resources = ray.cluster_resources()
@@ -159,10 +161,7 @@ class _WorkerPool:
         """Replace a dead worker (once: the other tasks it had find it replaced already)."""
         if self._workers[index] is not actor:
             return
-        try:
-            self._ray.kill(actor)
-        except Exception:  # pragma: no cover
-            pass
+        _kill(self._ray, actor)
         self._workers[index] = self._new_worker()
         self.stats["worker_restarts"] += 1
 
@@ -174,8 +173,5 @@ class _WorkerPool:
             _IDLE.setdefault(self._pool_key, []).extend(self._workers)
         else:
             for worker in self._workers:
-                try:
-                    self._ray.kill(worker)
-                except Exception:  # pragma: no cover (already gone)
-                    pass
+                _kill(self._ray, worker)
         self._workers = []
