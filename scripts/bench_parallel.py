@@ -35,8 +35,12 @@ took in the raw loops at once and in the Ray runs (``train_locally``): the part 
 jobs computing slower side by side. The last lines are machine-readable, one per heavy workload (``heavy-fedasmu``
 last): ``speedup=<Ray / sequential updates per second, median> limit=<this machine's limit> efficiency=<speedup / limit>
 weights identical`` (or ``weights differ``), for the first Ray configuration (``train_locally``; with GPU workers,
-the other one). The limit is measured in the same run: ``--workers`` raw PyTorch loops of the heavy workload's
-SGD step at once against one, each loop on the workload's data (the median of five alternating measurements).
+the other one). The limit is measured in the same run, between the runs it is the reference of: ``--workers`` raw
+PyTorch loops of the heavy workload's SGD step at once against one, each loop on the workload's data, measured before
+each workload's first repeat and after each of its repeats (``--repeats`` + 1 measurements; the workload's limit is
+their median). Ray's idle processes are running then, as during the runs (about 2-3% of one core, mostly the
+raylet). This VM's limit moved between 1.58x and 1.95x within minutes on a quiet afternoon; a limit measured once,
+after every run, compared the runs with another moment's machine.
 """
 
 from __future__ import annotations
@@ -205,7 +209,7 @@ torch.set_num_threads(1)
 sys.path.insert(0, {scripts!r})
 from bench_parallel import CifarShaped
 from lit_asyncfl.models import SimpleCNN
-data = CifarShaped()  # the workload's data, built as the run builds it (see machine_scaling)
+data = CifarShaped()  # the workload's data, built as the run builds it (see limit_pair)
 model = SimpleCNN(in_channels=3, input_size=32, lr=0.01)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 order = torch.randperm(len(data.y), generator=torch.Generator().manual_seed(0))
@@ -221,14 +225,15 @@ print(time.perf_counter() - start, time.thread_time() - cpu)
 """
 
 
-def machine_scaling(processes: int, steps: int = 400, repeats: int = 5) -> tuple[float, float]:
-    """This machine's own limit for ``processes`` parallel trainings: the heavy workload's SGD step in a raw PyTorch
-    loop, one thread, run alone and then in ``processes`` processes at once (all at this process's priority, as the
-    Ray workers since they run at their node's); returns their summed throughput over the lone one's (``processes``
-    on ideal cores; less where the cores share caches, memory bandwidth or a host), the median of ``repeats``
-    alternating measurements (one pair alone read 1.52x and 1.93x on the same quiet VM the same day); and how much
-    more CPU time a step took in the loops at once than in the lone one (the median ratio, minus one: what sharing
-    the machine costs a step's computation itself, apart from waiting for a core).
+def limit_pair(processes: int, steps: int = 400) -> tuple[float, float]:
+    """One measurement of this machine's own limit for ``processes`` parallel trainings: the heavy workload's SGD step
+    in a raw PyTorch loop, one thread, run alone and then in ``processes`` processes at once (all at this process's
+    priority, as the Ray workers since they run at their node's); returns their summed throughput over the lone one's
+    (``processes`` on ideal cores; less where the cores share caches, memory bandwidth or a host) and how much more CPU
+    time a step took in the loops at once than in the lone one (the ratio minus one: what sharing the machine costs a
+    step's computation itself, apart from waiting for a core). :func:`main` takes these pairs between the runs they
+    are the reference of: this VM's limit moved between 1.58x and 1.95x within minutes on a quiet afternoon (27
+    November), so a limit measured after the runs measured another machine.
 
     Each loop builds the workload's data (:class:`CifarShaped`) and draws its batches from it, as the jobs do. That
     matters beyond the data: building it frees tens of MB of temporaries, which raises glibc's malloc threshold for
@@ -245,14 +250,10 @@ def machine_scaling(processes: int, steps: int = 400, repeats: int = 5) -> tuple
         code = RAW_LOOP.format(steps=steps, scripts=str(Path(__file__).resolve().parent))
         return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 
-    ratios, slower = [], []
-    for _ in range(repeats):
-        alone, alone_cpu = map(float, launch().communicate()[0].split())
-        together = [launch() for _ in range(processes)]
-        measured = [tuple(map(float, p.communicate()[0].split())) for p in together]
-        ratios.append(sum(alone / wall for wall, _ in measured))
-        slower.append(statistics.mean(cpu for _, cpu in measured) / alone_cpu - 1)
-    return statistics.median(ratios), statistics.median(slower)
+    alone, alone_cpu = map(float, launch().communicate()[0].split())
+    together = [launch() for _ in range(processes)]
+    measured = [tuple(map(float, p.communicate()[0].split())) for p in together]
+    return sum(alone / wall for wall, _ in measured), statistics.mean(cpu for _, cpu in measured) / alone_cpu - 1
 
 
 def ray_cpu_seconds() -> float:
@@ -402,8 +403,10 @@ def main() -> None:
     )
     results: dict[str, tuple[list[float], bool]] = {}
     steps: dict[str, list[float]] = {name: [] for name in names}  # a step's extra CPU time on Ray (train_locally)
+    pairs: dict[str, list[tuple[float, float]]] = {name: [] for name in names}  # the limit, between the runs
     for name in names:
         versions = args.digits_versions if name == "digits" else args.versions
+        pairs[name].append(limit_pair(args.workers))
         for repeat in range(args.repeats):  # sequential and Ray alternate: the machine's drift hits both alike
             with Trace() as trace:
                 seq_wall, seq_updates, seq_weights, _ = fit(name, versions, "sequential")
@@ -455,30 +458,35 @@ def main() -> None:
                         f"    at request events this process waited (or trained) {stats['request_seconds']:.1f}s in "
                         "all for the merges' learning; the rest of each job trained on its worker meanwhile"
                     )
+            pairs[name].append(limit_pair(args.workers))  # (after the repeat's runs: before the next repeat's)
         ratios = sorted(results[name][0])
         listed = ", ".join(f"{r:.2f}x" for r in ratios)
         print(f"{name}, {next(iter(configurations))}: {listed}; median {statistics.median(ratios):.2f}x")
+        print(
+            f"{name}: this machine's own limit, measured before, between and after these runs: {args.workers} raw "
+            f"PyTorch loops of the heavy workload's step at once train "
+            + ", ".join(f"{ratio:.2f}x" for ratio, _ in pairs[name])
+            + " one loop's steps per second; a step took "
+            + ", ".join(f"{slower:+.0%}" for _, slower in pairs[name])
+            + " CPU time in the loops at once"
+        )
     release_workers()
     ray.shutdown()
-    limit, slower = machine_scaling(args.workers)
-    print(
-        f"this machine's own limit: {args.workers} raw PyTorch loops of the heavy workload's step at once train "
-        f"{limit:.2f}x one loop's steps per second (median of 5 alternating measurements); a step took {slower:+.0%} "
-        "CPU time in the loops at once"
-    )
     for name in names:
         if not steps[name]:  # (not measured: more than one intra-op thread, or GPU workers)
             continue
+        slower = statistics.median(s for _, s in pairs[name])
         print(
             f"a local step of {name} took {statistics.median(steps[name]):+.0%} CPU time on Ray "
-            f"({next(iter(configurations))}) against sequentially (median): beside the limit's {slower:+.0%}, what "
-            "training at once costs the jobs themselves"
+            f"({next(iter(configurations))}) against sequentially (median): beside the limit's {slower:+.0%} (median), "
+            "what training at once costs the jobs themselves"
         )
     for name in names:  # (heavy-fedasmu last, with the default workloads)
         if name == "digits" and len(names) > 1:
             continue
         ratios, identical = results[name]
         speedup = statistics.median(ratios)
+        limit = statistics.median(ratio for ratio, _ in pairs[name])
         print(
             f"speedup={speedup:.2f} limit={limit:.2f} efficiency={speedup / limit:.2f} weights "
             f"{'identical' if identical else 'differ'} ({name})"
