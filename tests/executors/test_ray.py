@@ -819,7 +819,7 @@ class ConsumedJobs(Callback):
 
 def test_a_fedasmu_job_in_parts_counts_its_steps_once_and_its_merges_here_their_cpu_time(tmp_path, cluster):
     """A job trained in parts around its request counts its ``num_steps`` (its merge trains no step), and the merges
-    computed here count in ``local_cpu_seconds`` as in ``local_seconds``."""
+    computed here count in ``local_cpu_seconds`` as in ``local_seconds``, and apart in ``merge_cpu_seconds``."""
     executor = RayExecutor(num_workers=2)
     steps, consumed = CountedSteps(executor), ConsumedJobs()
     fit(tmp_path, merging_fedasmu(), executor, max_versions=20, callbacks=[consumed])
@@ -828,6 +828,8 @@ def test_a_fedasmu_job_in_parts_counts_its_steps_once_and_its_merges_here_their_
     assert parts and all(steps.counted[job.job_id] == job.num_steps for job in consumed.jobs)
     assert stats["merges_here"] > 0 and stats["merges_on_workers"] > 0  # (both ways, as in the test above)
     assert 0 < stats["local_cpu_seconds"] <= stats["local_seconds"] + 1e-3
+    assert 0 < stats["merge_cpu_seconds"] <= stats["local_cpu_seconds"]  # (no step trained here: all merges)
+    assert stats["local_steps"] == 0
 
 
 def test_the_final_evaluation_gives_the_workers_the_rest_of_a_job_whose_worker_died():

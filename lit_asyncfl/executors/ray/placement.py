@@ -326,7 +326,9 @@ class _Placement:
                 elif shipped.part == 3:  # the merge (its rest waits, parked here, for its turn)
                     if shipped.from_start:
                         runner.first_part(jobs[0], starts[0], shipped.states)
+                    merging = time.thread_time()
                     self._merged[shipped.batch[0]] = runner.merge(jobs[0], shipped.fresh)
+                    self.stats["merge_cpu_seconds"] += time.thread_time() - merging
                     self.stats["merges_here"] += shipped.fresh is not None
                     self._rest(shipped, jobs, starts, -1, None)
                     return
