@@ -407,6 +407,8 @@ class _Placement:
         for k, (update, weights, results) in zip(shipped.batch, value if isinstance(value, list) else [value]):
             if self._shipped.get(k) is shipped:  # (a cohort's other jobs wait here, ready)
                 update.weights = weights.tensor()
+                if shipped.part == 2 and shipped.merged is not None:  # (the merge's tensors it did not send back)
+                    shipped.merged.taken_back(update)
                 self._done[k] = (update, results)
 
     def _rest(self, merge: _Shipped, jobs: list[ClientJob], starts: list[Tensor], worker: int, actor: Any) -> None:
