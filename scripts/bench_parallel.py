@@ -25,12 +25,14 @@ reported apart (``ray_start_seconds``). The timed Ray run's wall time includes e
     python scripts/bench_parallel.py --gpus-per-worker 0.5  # GPU workers (needs CUDA), two per GPU
 
 For each Ray run it prints where the trainers' time went: the run's fixed costs (before the first job and after the
-last update: building the run, the final evaluation and plots, when nothing can train in parallel), this process's
+last update of the run's loop: building the run, the final evaluation and plots, when nothing can train in parallel,
+and, for FedASMU, the rests of the jobs past their request that the end-of-run checkpoint waits for), this process's
 time waiting for a worker's result, its other work per update (simulation, evaluations during the run, shipping,
 receiving), the trainers' busy share of the rest, the workers' alone, and how long a job trained on a worker and
 here on average; and a local step's CPU time (each trainer thread's own, so that waiting for a core does not
-count) sequentially and on Ray, with the CPU time Ray's processes used per update besides training (raylet, GCS,
-agents, the workers' task handling, idle workers). After the limit (below) it prints how much more CPU time a step
+count; the merges of FedASMU's jobs apart, printed per merge) sequentially and on Ray, with the CPU time Ray's
+processes used per update besides training (raylet, GCS, agents, the workers' task handling, idle workers). After
+the limit (below) it prints how much more CPU time a step
 took in the raw loops at once and in the Ray runs (``train_locally``): the part of the gap to the limit that is the
 jobs computing slower side by side. The last lines are machine-readable, one per heavy workload (``heavy-fedasmu``
 last): ``speedup=<Ray / sequential updates per second, median> limit=<this machine's limit> efficiency=<speedup / limit>
@@ -112,10 +114,24 @@ class Trace:
         self._since = time.perf_counter()
         self.cpu_seconds = 0.0  # this thread's CPU time in the calls that train jobs, and their local steps
         self.steps = 0
+        self.merge_cpu_seconds = 0.0  # of which in the jobs' merges (FedASMU's: they train no step), and how many
+        self.merges = 0
 
     def __enter__(self) -> Trace:
         from lit_asyncfl.client.sequential import SequentialExecutor
+        from lit_asyncfl.engines.base import LocalEngine
 
+        self._fresh_model = fresh_model = LocalEngine.fresh_model
+
+        def timed_fresh_model(engine: Any, *args: Any) -> None:
+            cpu = time.thread_time()
+            try:
+                fresh_model(engine, *args)
+            finally:
+                trace.merge_cpu_seconds += time.thread_time() - cpu
+                trace.merges += 1
+
+        LocalEngine.fresh_model = timed_fresh_model
         self._saved = (
             SequentialExecutor.submit, SequentialExecutor.result, SequentialExecutor.cancel, SequentialExecutor.request,
         )  # fmt: skip
@@ -161,7 +177,9 @@ class Trace:
 
     def __exit__(self, *exc: Any) -> None:
         from lit_asyncfl.client.sequential import SequentialExecutor
+        from lit_asyncfl.engines.base import LocalEngine
 
+        LocalEngine.fresh_model = self._fresh_model
         (
             SequentialExecutor.submit, SequentialExecutor.result, SequentialExecutor.cancel, SequentialExecutor.request,
         ) = self._saved  # fmt: skip
@@ -283,16 +301,25 @@ def ray_cpu_seconds() -> float:
 
 
 class Span:
-    """When the run's first job was submitted and its last update received (outside: the run's fixed costs), and the
-    Ray node's CPU seconds at the first submit (:func:`ray_cpu_seconds`: after the workers built the run's engine)."""
+    """When the run's first job was submitted and its last update received in the run's loop (outside: the run's fixed
+    costs), the Ray node's CPU seconds at the first submit (:func:`ray_cpu_seconds`: after the workers built the
+    run's engine), and the executor's statistics when the loop ended (``loop_stats``).
+
+    The loop ends at the final evaluation. After it, writing the end-of-run checkpoint collects the updates of the
+    jobs past their request (FedASMU's rests, which the sequential executor trained at their request events): those
+    come after the final evaluation, so counting them as the last update put the final evaluation, when nothing
+    trains in parallel, inside the middle of a FedASMU run (0.35-0.5 s of its 7-9 s, 27 November 2026) and not of a
+    FedAsync one."""
 
     def __init__(self) -> None:
         self.first = self.last = None
         self.ray_cpu = 0.0
+        self.ended = False
+        self.loop_stats: dict[str, float] | None = None
 
     def __enter__(self) -> Span:
-        self._saved = RayExecutor.submit, RayExecutor.result
-        submit, result = self._saved
+        self._saved = RayExecutor.submit, RayExecutor.result, RayExecutor.pause
+        submit, result, pause = self._saved
         span = self
 
         def timed_submit(executor: Any, job: Any, start: Any) -> None:
@@ -303,14 +330,20 @@ class Span:
 
         def timed_result(executor: Any, job_id: int, fresh: Any = None) -> Any:
             update = result(executor, job_id, fresh)
-            span.last = time.perf_counter()
+            if not span.ended:
+                span.last = time.perf_counter()
             return update
 
-        RayExecutor.submit, RayExecutor.result = timed_submit, timed_result
+        def timed_pause(executor: Any, final: bool = False) -> Any:
+            if final and not span.ended:  # (the loop is over: the final evaluation)
+                span.ended, span.loop_stats = True, dict(executor.stats)
+            return pause(executor, final)
+
+        RayExecutor.submit, RayExecutor.result, RayExecutor.pause = timed_submit, timed_result, timed_pause
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        RayExecutor.submit, RayExecutor.result = self._saved
+        RayExecutor.submit, RayExecutor.result, RayExecutor.pause = self._saved
 
 
 def fit(name: str, versions: int, executor: Any) -> tuple[float, int, torch.Tensor, dict[str, float]]:
@@ -333,6 +366,7 @@ def fit(name: str, versions: int, executor: Any) -> tuple[float, int, torch.Tens
     stats["threads"] = getattr(executor, "num_threads", None) or trainer.effective_num_threads
     if span.first is not None:
         stats["fixed_seconds"] = (span.first - start) + (end - span.last)
+        stats["loop"] = span.loop_stats or dict(stats)  # (the executor's statistics at the loop's end)
         stats["ray_cpu_seconds"] = ray_cpu_seconds() - span.ray_cpu  # (from the first job; its training included)
     return end - start, trainer.summary["updates_received"], weights, stats
 
@@ -340,17 +374,28 @@ def fit(name: str, versions: int, executor: Any) -> tuple[float, int, torch.Tens
 def cpu_per_step(stats: dict[str, float], trace: Trace, extra: list[float], ray_updates: int) -> None:
     """Print a Ray run's CPU time per local step against the sequential run's (``trace``) and append its extra share
     to ``extra``. The CPU times are ``time.thread_time()``, the thread that runs a task only: they mean something
-    only with one intra-op thread on CPU workers (the caller prints this only then)."""
-    cpu_step = (stats["worker_cpu_seconds"] + stats["local_cpu_seconds"]) / max(
-        stats["worker_steps"] + stats["local_steps"], 1
-    )
-    seq_step = trace.cpu_seconds / max(trace.steps, 1)
+    only with one intra-op thread on CPU workers (the caller prints this only then). The merges of jobs with a
+    request (FedASMU's: two forward passes and a backward each, no step) are left out on both sides and printed apart:
+    with ``train_locally`` this process computes most of them (from the state of the jobs parked on a busy worker),
+    and counted in its steps they read as 25-30% slower steps here than on the workers (27 November 2026); the few
+    merges computed on a worker stay in its CPU time (under 0.1 ms a step)."""
+    here = stats["local_cpu_seconds"] - stats["merge_cpu_seconds"]
+    cpu_step = (stats["worker_cpu_seconds"] + here) / max(stats["worker_steps"] + stats["local_steps"], 1)
+    seq_step = (trace.cpu_seconds - trace.merge_cpu_seconds) / max(trace.steps, 1)
     extra.append(cpu_step / seq_step - 1)
+    merges = stats["merges_here"] - stats["merges_from_state"]  # (each computed here; from the state, see below)
     print(
         f"    CPU time per local step: sequential {seq_step * 1e3:.2f} ms; Ray "
         f"{stats['worker_cpu_seconds'] / max(stats['worker_steps'], 1) * 1e3:.2f} ms on the workers"
-        + (f", {stats['local_cpu_seconds'] / stats['local_steps'] * 1e3:.2f} ms here" if stats["local_steps"] else "")
+        + (f", {here / stats['local_steps'] * 1e3:.2f} ms here" if stats["local_steps"] else "")
         + f" ({cpu_step / seq_step - 1:+.0%}: computing beside the other trainers, not counting waits for a core)"
+        + (
+            f"; merges apart: sequential {trace.merge_cpu_seconds / trace.merges * 1e3:.1f} ms of CPU each, here "
+            f"{stats['merge_cpu_seconds'] / stats['merges_here'] * 1e3:.1f} ms ({stats['merges_here']} of them, "
+            f"{stats['merges_from_state']} from a parked job's state, {merges} on this process's own engines)"
+            if trace.merges and stats["merges_here"]
+            else ""
+        )
         + (
             "; from the first job on, Ray's processes besides training used "
             f"{(stats['ray_cpu_seconds'] - stats['worker_cpu_seconds']) / max(ray_updates, 1) * 1e3:.1f} "
@@ -431,21 +476,22 @@ def main() -> None:
                     f"{trained / (ray_wall * args.workers):.0%} of the run, "
                     f"{trained / max(ray_updates, 1) * 1e3:.1f} ms of training per update"
                 )
-                fixed, wait = stats["fixed_seconds"], stats["wait_seconds"]
-                driver = ray_wall - fixed - wait - stats["local_seconds"]
+                loop = stats["loop"]  # (the middle's shares: up to the loop's end, the final evaluation)
+                fixed, wait, local = stats["fixed_seconds"], loop["wait_seconds"], loop["local_seconds"]
+                driver = ray_wall - fixed - wait - local
                 middle = ray_wall - fixed
                 print(
                     f"    where the time went: fixed costs {fixed:.1f}s ({fixed / ray_wall:.0%} of the run, no "
-                    f"parallel training); between the first job and the last update ({middle:.1f}s) the trainers "
-                    f"were busy {trained / (middle * args.workers):.0%}; this process waited for a result "
-                    f"{wait:.1f}s, trained {stats['local_seconds']:.1f}s and spent "
+                    f"parallel training); between the first job and the last update of the run's loop ({middle:.1f}s) "
+                    f"the trainers were busy {(loop['worker_seconds'] + local) / (middle * args.workers):.0%}; this "
+                    f"process waited for a result {wait:.1f}s, trained {local:.1f}s and spent "
                     f"{driver / max(ray_updates, 1) * 1e3:.1f} ms per update on the rest (simulation, evaluations "
                     f"during the run, shipping, receiving); jobs computed here at their events: {stats['jobs_local']}"
                 )
                 remote, here = stats["jobs_remote"], stats["jobs_trained_locally"]
                 workers = args.workers - 1 if "train_locally" in label else args.workers
                 print(
-                    f"    the workers were busy {stats['worker_seconds'] / (middle * workers):.0%} of those "
+                    f"    the workers were busy {loop['worker_seconds'] / (middle * workers):.0%} of those "
                     f"{middle:.1f}s; a job trained {stats['worker_seconds'] / max(remote, 1) * 1e3:.0f} ms on a "
                     f"worker ({remote} jobs)"
                     + (f", {stats['local_seconds'] / here * 1e3:.0f} ms here ({here} jobs)" if here else "")

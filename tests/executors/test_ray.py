@@ -732,6 +732,34 @@ def test_a_merge_computed_here_from_a_job_state_gives_the_sequential_weights_and
     assert counts[1] is not None and torch.equal(counts[0], counts[1])
 
 
+def test_a_rest_sends_back_only_the_merge_tensors_changed_on_the_worker_and_they_are_filled_in_here():
+    """The tensors a merge computed here put in the job's info (FedASMU's merge jump, as large as the model) come
+    back from the rest's worker as a placeholder (``_Kept``) when the rest left them as they came (the same tensor,
+    not changed in place), and this process fills in its own; one a later hook changed in place comes back itself."""
+    from types import SimpleNamespace
+
+    import ray.cloudpickle as cloudpickle
+
+    from lit_asyncfl.engines.base import generator_state
+    from lit_asyncfl.executors.ray.worker import _Kept, _Merged
+
+    cpu = torch.device("cpu")
+    jump, other = torch.arange(300.0), torch.ones(2)
+    here = _Merged(None, None, generator_state(cpu), {"merge_jump": jump, "other": other, "beta": 0.5})
+    there = cloudpickle.loads(cloudpickle.dumps(here))  # (as it arrives on the worker)
+    engine = SimpleNamespace(job_info={"lr": 0.1}, device=cpu)
+    there.apply(engine, cpu)
+    engine.job_info["other"].add_(1.0)  # (a later hook changes one in place)
+    update = SimpleNamespace(info=engine.job_info)
+    there.sent_back(update)
+    assert isinstance(update.info["merge_jump"], _Kept) and torch.equal(update.info["other"], torch.full((2,), 2.0))
+    back = cloudpickle.loads(cloudpickle.dumps(update))  # (the update as it comes back)
+    assert len(cloudpickle.dumps(back)) < 1000  # (the jump stayed here)
+    here.taken_back(back)
+    assert back.info["merge_jump"] is jump and torch.equal(back.info["other"], torch.full((2,), 2.0))
+    assert list(back.info) == ["lr", "merge_jump", "other", "beta"] and back.info["beta"] == 0.5
+
+
 def test_the_final_evaluation_lets_each_worker_train_the_rests_the_last_checkpoint_waits_for(
     tmp_path, cluster, monkeypatch
 ):
@@ -819,7 +847,7 @@ class ConsumedJobs(Callback):
 
 def test_a_fedasmu_job_in_parts_counts_its_steps_once_and_its_merges_here_their_cpu_time(tmp_path, cluster):
     """A job trained in parts around its request counts its ``num_steps`` (its merge trains no step), and the merges
-    computed here count in ``local_cpu_seconds`` as in ``local_seconds``."""
+    computed here count in ``local_cpu_seconds`` as in ``local_seconds``, and apart in ``merge_cpu_seconds``."""
     executor = RayExecutor(num_workers=2)
     steps, consumed = CountedSteps(executor), ConsumedJobs()
     fit(tmp_path, merging_fedasmu(), executor, max_versions=20, callbacks=[consumed])
@@ -828,6 +856,8 @@ def test_a_fedasmu_job_in_parts_counts_its_steps_once_and_its_merges_here_their_
     assert parts and all(steps.counted[job.job_id] == job.num_steps for job in consumed.jobs)
     assert stats["merges_here"] > 0 and stats["merges_on_workers"] > 0  # (both ways, as in the test above)
     assert 0 < stats["local_cpu_seconds"] <= stats["local_seconds"] + 1e-3
+    assert 0 < stats["merge_cpu_seconds"] <= stats["local_cpu_seconds"]  # (no step trained here: all merges)
+    assert stats["local_steps"] == 0
 
 
 def test_the_final_evaluation_gives_the_workers_the_rest_of_a_job_whose_worker_died():

@@ -180,8 +180,10 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
         #: process's time waiting for a worker's result), ``request_seconds`` (its time at request events, until
         #: the merge's learning is known: waiting or computing), and the CPU time of the trainers' tasks and the local
         #: steps they trained: ``worker_cpu_seconds`` and ``worker_steps`` (the workers' tasks), ``local_cpu_seconds``
-        #: (the tasks this process trained, ``train_locally``, and the merges it computed) and ``local_steps`` (those
-        #: tasks'; a merge trains no step): CPU seconds per step, compared with a sequential run's, say how much
+        #: (the tasks this process trained, ``train_locally``, and the merges it computed; ``merge_cpu_seconds``: those
+        #: merges' alone) and ``local_steps`` (those tasks'; a merge trains no step, so a step's CPU time here is
+        #: ``local_cpu_seconds - merge_cpu_seconds`` over it): CPU seconds per step, compared with a sequential run's
+        #: (without its merges), say how much
         #: slower a step computes beside the other trainers (what the cores share), apart from the time another
         #: process held the core; reported in the run summary. The CPU time is ``time.thread_time()``, the thread
         #: that runs the task: it is meaningless with more than one intra-op thread (``num_threads``), whose other
@@ -291,7 +293,7 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
         )  # fmt: skip
         self.stats.update(dict.fromkeys(
             ("worker_seconds", "local_seconds", "wait_seconds", "request_seconds", "worker_cpu_seconds",
-             "local_cpu_seconds"), 0.0,
+             "local_cpu_seconds", "merge_cpu_seconds"), 0.0,
         ))  # fmt: skip
         return self
 

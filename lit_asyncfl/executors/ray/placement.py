@@ -326,7 +326,9 @@ class _Placement:
                 elif shipped.part == 3:  # the merge (its rest waits, parked here, for its turn)
                     if shipped.from_start:
                         runner.first_part(jobs[0], starts[0], shipped.states)
+                    merging = time.thread_time()
                     self._merged[shipped.batch[0]] = runner.merge(jobs[0], shipped.fresh)
+                    self.stats["merge_cpu_seconds"] += time.thread_time() - merging
                     self.stats["merges_here"] += shipped.fresh is not None
                     self._rest(shipped, jobs, starts, -1, None)
                     return
@@ -405,6 +407,8 @@ class _Placement:
         for k, (update, weights, results) in zip(shipped.batch, value if isinstance(value, list) else [value]):
             if self._shipped.get(k) is shipped:  # (a cohort's other jobs wait here, ready)
                 update.weights = weights.tensor()
+                if shipped.part == 2 and shipped.merged is not None:  # (the merge's tensors it did not send back)
+                    shipped.merged.taken_back(update)
                 self._done[k] = (update, results)
 
     def _rest(self, merge: _Shipped, jobs: list[ClientJob], starts: list[Tensor], worker: int, actor: Any) -> None:

@@ -144,7 +144,9 @@ class _Requests(_Placement):
             return _Failed(error)
         finally:
             self.stats["local_seconds"] += time.perf_counter() - began
-            self.stats["local_cpu_seconds"] += time.thread_time() - cpu
+            cpu = time.thread_time() - cpu
+            self.stats["local_cpu_seconds"] += cpu
+            self.stats["merge_cpu_seconds"] += cpu
         self.stats["merges_here"] += fresh is not None
         self.stats["merges_from_state"] += fresh is not None and worker >= 0
         del self._parked[job_id]

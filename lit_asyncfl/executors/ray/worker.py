@@ -93,13 +93,36 @@ class _Merged:
         self, weights: Tensor | None, tracked: Tensor | None, rng: Any, info: dict[str, Any], answered: bool = True
     ) -> None:
         self.weights, self.tracked, self.rng, self.info, self.answered = weights, tracked, rng, info, answered
+        self.applied: dict[str, tuple[Tensor, int]] = {}  # the tensors put in job_info, and their versions then
 
     def apply(self, engine: Any, device: Any) -> None:
         """Put the merge's effects on a parked job's engine (in place of computing the merge there)."""
         if self.weights is not None:  # (mid-job: the module's other buffers stay as the job left them)
             engine.flat.load(self.weights, self.tracked, reset=False)
-        engine.job_info.update({k: v.to(engine.device) if isinstance(v, Tensor) else v for k, v in self.info.items()})
+        added = {k: v.to(engine.device) if isinstance(v, Tensor) else v for k, v in self.info.items()}
+        engine.job_info.update(added)
+        self.applied = {k: (v, v._version) for k, v in added.items() if isinstance(v, Tensor)}
         restore_generators(device, self.rng)
+
+    def sent_back(self, update: ClientUpdate) -> None:
+        """The update's ``info`` without the tensors this merge put in it that came back unchanged (the same tensor,
+        not modified in place: its version counter): a :class:`_Kept` in their place, which the process that
+        computed the merge fills in again (:meth:`taken_back`). FedASMU's merge jump is as large as the model: it
+        came back with every rest whose merge was computed in the simulation's process, which has it already."""
+        for k, (tensor, version) in self.applied.items():
+            if update.info.get(k) is tensor and tensor._version == version:
+                update.info[k] = _Kept()
+
+    def taken_back(self, update: ClientUpdate) -> None:
+        """Fill in what :meth:`sent_back` kept here (this object is the one whose copy went to the worker)."""
+        for k, v in update.info.items():
+            if isinstance(v, _Kept):
+                update.info[k] = self.info[k]
+
+
+class _Kept:
+    """In a rest's update coming back: a tensor of the merge's ``job_info`` entries, left out (see
+    :meth:`_Merged.sent_back`)."""
 
 
 class _JobRunner:
@@ -380,6 +403,8 @@ class _Worker:
             merged.weights = merged.weights.tensor()
             merged.info = {k: v.tensor() if isinstance(v, _Wire) else v for k, v in merged.info.items()}
         update, results = self.runner.resume(job, merged)
+        if merged is not None:
+            merged.sent_back(update)
         return (*_portable(update), results), _took(began)
 
     def discard(self, job_id: int) -> None:
