@@ -283,6 +283,41 @@ def test_an_engine_that_cannot_be_built_on_a_worker_fails_naming_the_cause(tmp_p
         fit(tmp_path, "fedasync", RayExecutor(num_workers=2), model=UnbuildableOnWorkers(os.getpid()))
 
 
+class BuiltOnceAFileExists(LeNet5):
+    """A module that unpickles on a worker only once ``path`` exists (a minute at most)."""
+
+    def __init__(self, driver_pid, path):
+        super().__init__()
+        self.driver_pid, self.path = driver_pid, path
+
+    def __setstate__(self, state):
+        deadline = time.monotonic() + 60
+        while os.getpid() != state["driver_pid"] and not os.path.exists(state["path"]):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the run waited for the engine's build on the workers")
+            time.sleep(0.01)
+        super().__setstate__(state)
+
+
+class CreateAFile(Callback):
+    def __init__(self, path):
+        self.path = path
+
+    def on_fit_start(self, trainer):
+        open(self.path, "w").close()
+
+
+def test_the_run_goes_on_while_the_workers_build_their_engine(tmp_path, cluster):
+    """The simulation builds the run, dispatches the first jobs and evaluates the initial model while the workers
+    build the engine (here: only once ``on_fit_start``, after the executor's start, lets them)."""
+    model = BuiltOnceAFileExists(os.getpid(), str(tmp_path / "go"))
+    sequential = fit(tmp_path / "seq", "fedasync", model=copy.deepcopy(model))
+    on_ray = fit(tmp_path / "ray", "fedasync", RayExecutor(num_workers=2), model=model,
+                 callbacks=[CreateAFile(str(tmp_path / "go"))])  # fmt: skip
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+    assert on_ray.summary["executor"]["jobs_remote"] > 0
+
+
 class WatchTheWorkers(Callback):
     """Records, after every event, the most tasks placed on one worker and the results waiting to be consumed."""
 

@@ -366,6 +366,7 @@ class _Placement:
         """A placed task has finished: keep its results for their jobs; a dead worker is replaced and the task's
         jobs are shipped again (the same jobs: the same result)."""
         ray = self._ray
+        self._built()  # (a worker's first result: its engine's build, not waited for at the start, is checked)
         self._busy[shipped.worker] -= 1
         steps, trained = _steps(shipped), _trained_steps(shipped)
         jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
@@ -435,6 +436,9 @@ class _Placement:
         heapq.heappush(self._waiting, (rest.key, next(self._order), rest))
 
     def _replace_worker(self, index: int, actor: Any) -> None:  # (RayExecutor's: it starts workers)
+        raise NotImplementedError
+
+    def _built(self) -> None:  # (RayExecutor's: it builds the workers' engines)
         raise NotImplementedError
 
 
