@@ -23,6 +23,7 @@ from lit_asyncfl.algorithms import ASFL, FedAsync, get_algorithm  # noqa: E402
 from lit_asyncfl.callbacks import Callback  # noqa: E402
 from lit_asyncfl.client.ray_executor import RayExecutor  # noqa: E402
 from lit_asyncfl.data import DigitsDataModule  # noqa: E402
+from lit_asyncfl.executors.ray import placement, wire  # noqa: E402
 from lit_asyncfl.executors.ray.wire import _Wire  # noqa: E402
 from lit_asyncfl.mobility import MobileEdgeDevices  # noqa: E402
 from lit_asyncfl.models import ClassificationModule, LeNet5  # noqa: E402
@@ -136,25 +137,46 @@ def test_a_run_resumes_exactly_across_executors(tmp_path, cluster, first, second
     assert [r["accuracy"] for r in resumed.history] == [r["accuracy"] for r in full.history]
 
 
-def test_at_most_max_ahead_results_wait_and_each_version_is_put_once(tmp_path, cluster):
+def test_at_most_max_ahead_results_wait_and_each_version_is_sent_inline_once_then_put_once(tmp_path, cluster):
     executor = RayExecutor(num_workers=2, max_ahead=3)
-    puts = []
-    real_put = ray.put
+    puts, inline = [], []
+    real_put, real_pieces = ray.put, placement._pieces
 
     def counting_put(value, *args, **kwargs):
         puts.append(value)
         return real_put(value, *args, **kwargs)
 
-    ray.put = counting_put
+    def counting_pieces(wire):
+        inline.append(wire.tensor())
+        return real_pieces(wire)
+
+    ray.put, placement._pieces = counting_put, counting_pieces
     try:
         trainer = fit(tmp_path, "fedbuff", executor, num_clients=40, max_versions=4)  # 8 in flight, K = 10
     finally:
-        ray.put = real_put
+        ray.put, placement._pieces = real_put, real_pieces
     stats = trainer.summary["executor"]
     assert stats["max_results_waiting"] <= 3 + 1  # the window, plus a job needed before the window had room
     starts = [p.tensor() for p in puts if isinstance(p, _Wire)]  # (a start model travels as its bytes)
-    assert len(starts) == len({(p.sum().item(), p.abs().sum().item()) for p in starts})  # no version put twice
-    assert 1 < len(starts) <= trainer.summary["versions"] + 1 < stats["jobs_remote"]  # one put per version
+
+    def versions(tensors):
+        return {(t.sum().item(), t.abs().sum().item()) for t in tensors}
+
+    assert len(starts) == len(versions(starts)) and len(inline) == len(versions(inline))  # each at most once
+    assert versions(starts) <= versions(inline)  # put only once a job started from it went inline
+    assert 1 < len(starts) <= len(inline) <= trainer.summary["versions"] + 1 < stats["jobs_remote"]
+
+
+def test_a_start_model_sent_inside_its_task_is_rebuilt_bit_for_bit():
+    for size in (0, 1, 24_575, 24_576, 24_577, 300_001):  # (pieces of 96 KiB: 24576 float32)
+        tensor = torch.randn(size)
+        parts = placement._pieces(_Wire.of(tensor))
+        assert len(parts) == max(1, -(-size * 4 // wire.PIECE_BYTES))
+        assert all(part.nbytes <= wire.PIECE_BYTES for part in [parts[0].data, *parts[1:]])
+        back = wire._joined(parts)
+        assert back.dtype == tensor.dtype and torch.equal(back.view(torch.int32), tensor.view(torch.int32))
+        tensor.zero_()  # (the arrays share the tensor's memory here) the rebuilt tensor is its own
+        assert size < 2 or not torch.equal(back, tensor)
 
 
 class SlowLeNet(LeNet5):
@@ -259,6 +281,41 @@ class UnbuildableOnWorkers(LeNet5):
 def test_an_engine_that_cannot_be_built_on_a_worker_fails_naming_the_cause(tmp_path, cluster):
     with pytest.raises(RuntimeError, match=r"(?s)building the engine on a Ray worker failed: .*my_private_models"):
         fit(tmp_path, "fedasync", RayExecutor(num_workers=2), model=UnbuildableOnWorkers(os.getpid()))
+
+
+class BuiltOnceAFileExists(LeNet5):
+    """A module that unpickles on a worker only once ``path`` exists (a minute at most)."""
+
+    def __init__(self, driver_pid, path):
+        super().__init__()
+        self.driver_pid, self.path = driver_pid, path
+
+    def __setstate__(self, state):
+        deadline = time.monotonic() + 60
+        while os.getpid() != state["driver_pid"] and not os.path.exists(state["path"]):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the run waited for the engine's build on the workers")
+            time.sleep(0.01)
+        super().__setstate__(state)
+
+
+class CreateAFile(Callback):
+    def __init__(self, path):
+        self.path = path
+
+    def on_fit_start(self, trainer):
+        open(self.path, "w").close()
+
+
+def test_the_run_goes_on_while_the_workers_build_their_engine(tmp_path, cluster):
+    """The simulation builds the run, dispatches the first jobs and evaluates the initial model while the workers
+    build the engine (here: only once ``on_fit_start``, after the executor's start, lets them)."""
+    model = BuiltOnceAFileExists(os.getpid(), str(tmp_path / "go"))
+    sequential = fit(tmp_path / "seq", "fedasync", model=copy.deepcopy(model))
+    on_ray = fit(tmp_path / "ray", "fedasync", RayExecutor(num_workers=2), model=model,
+                 callbacks=[CreateAFile(str(tmp_path / "go"))])  # fmt: skip
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+    assert on_ray.summary["executor"]["jobs_remote"] > 0
 
 
 class WatchTheWorkers(Callback):

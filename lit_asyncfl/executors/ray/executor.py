@@ -191,6 +191,7 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
         self.stats: dict[str, float] = {}
         self._ray: Any = None
         self._workers: list[Any] = []
+        self._building: list[Any] = []
         self._local: Any = None
         self._ship_all = True
         self._cohort = False
@@ -344,6 +345,7 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
             self._poll()
             self._place_rests()
             yield
+            self._built()
             return
         seconds, steps = self._pace["worker"]
         known = self._pause_seconds is not None and seconds > 0 and steps > 0
@@ -354,6 +356,7 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
             yield
         finally:
             self._pause_seconds = time.perf_counter() - began
+        self._built()  # (the initial evaluation overlapped the workers' engine builds: a failure is raised now)
 
     def cancel(self, job_id: int) -> None:
         """Forget a job whose update will never be consumed (a shipped job's result is discarded; a task already on

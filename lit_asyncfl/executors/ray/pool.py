@@ -69,9 +69,9 @@ def release_workers() -> None:
 class _WorkerPool:
     """The worker pool of :class:`~lit_asyncfl.executors.ray.executor.RayExecutor` (a base class of it): Ray started
     where it is not, the run's workers (``_workers``) taken from :data:`_IDLE` or started with their runtime
-    environment, their engines built, a dead one replaced, and at the end kept idle or ended. The options it reads
-    are ``RayExecutor``'s; the run's state it builds engines from (``_trainer_ref``, ``_worker_device``,
-    ``_threads``, ``_settings``) is set by ``RayExecutor.start``."""
+    environment, their engines built (not waited for: :meth:`_built`), a dead one replaced, and at the end kept
+    idle or ended. The options it reads are ``RayExecutor``'s; the run's state it builds engines from
+    (``_trainer_ref``, ``_worker_device``, ``_threads``, ``_settings``) is set by ``RayExecutor.start``."""
 
     num_workers: int | None
     num_cpus_per_worker: float
@@ -85,6 +85,7 @@ class _WorkerPool:
     _actor: Any
     _pool_key: tuple[Any, float, float, bool]
     _trainer_ref: Any
+    _building: list[Any]  # the references of the engines being built on workers, until _built waits for them
     _worker_device: str
     _threads: int
     _settings: dict[str, Any]
@@ -118,7 +119,7 @@ class _WorkerPool:
         idle = _IDLE.setdefault(self._pool_key, [])
         self._free_idle(ray, n - len(idle))
         self._workers = [idle.pop() if idle else self._actor.remote() for _ in range(n)]
-        self._load_engines(self._workers)
+        self._building = self._load_engines(self._workers)  # (waited for by _built, at the first result)
 
     def _free_idle(self, ray: Any, new: int) -> None:
         """End idle workers that runs of this process kept with other settings (another pool) while Ray lacks the
@@ -141,20 +142,33 @@ class _WorkerPool:
             return max(1, int(resources.get("GPU", 0) / self.num_gpus_per_worker))
         return max(1, int(resources.get("CPU", 1) / max(self.num_cpus_per_worker, 1e-9)))
 
-    def _load_engines(self, workers: list[Any]) -> None:
-        """Build the run's engine on ``workers`` and wait: a failure (a module or dataset a worker cannot
-        unpickle) is raised here, naming its cause, not as every job's error."""
-        ray = self._ray
+    def _load_engines(self, workers: list[Any]) -> list[Any]:
+        """Start building the run's engine on ``workers`` (each builds it before its first task): the builds'
+        references, for :meth:`_built`."""
+        settings = self._settings
+        return [w.load.remote(self._trainer_ref, self._worker_device, self._threads, settings) for w in workers]
+
+    def _built(self) -> None:
+        """Wait for the engines being built on workers (:meth:`_load_engines`), which this process does not wait
+        for at the run's start: it builds the run, dispatches the first jobs and evaluates the initial model
+        meanwhile (the workers' tasks wait behind the build). Called at the end of each evaluation and before each
+        worker's result is read, so that a failure (a module or dataset a worker cannot unpickle) is raised naming
+        its cause, not as every job's error; a worker that died building is replaced when its task's result says
+        so."""
+        if not self._building:
+            return
+        ray, building, self._building = self._ray, self._building, []
         try:
-            settings = self._settings
-            ray.get([w.load.remote(self._trainer_ref, self._worker_device, self._threads, settings) for w in workers])
+            ray.get(building)
         except ray.exceptions.RayTaskError as error:
             self.stop()
             raise RuntimeError(f"building the engine on a Ray worker failed: {error}") from None
+        except ray.exceptions.RayActorError:  # (its task's result raises it too: the worker is replaced there)
+            pass
 
     def _new_worker(self) -> Any:
         worker = self._actor.remote()
-        self._load_engines([worker])
+        self._building.extend(self._load_engines([worker]))
         return worker
 
     def _replace_worker(self, index: int, actor: Any) -> None:
@@ -167,6 +181,7 @@ class _WorkerPool:
 
     def _stop_workers(self) -> None:
         """The run's workers wait for the next run (``reuse_workers``) or end."""
+        self._building = []
         if self._workers and self.reuse_workers:
             for worker in self._workers:
                 worker.unload.remote()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,6 +36,41 @@ class _Wire:
         if self.data.size == 0:  # (a byte view of no bytes cannot be viewed as another dtype)
             return torch.empty(self.shape, dtype=self.dtype)
         return torch.from_numpy(self.data.copy()).view(self.dtype).reshape(self.shape)
+
+
+#: Where a tensor travels inside its task rather than through Ray's object store, the most bytes a piece holds: Ray
+#: inlines a task's argument up to its ``max_direct_call_object_size`` (100 KiB by default; a larger one, as a larger
+#: value set by the user, goes to the object store, which is slower but as exact).
+PIECE_BYTES = 96 << 10
+
+#: The largest tensor that travels inside its task (in pieces of :data:`PIECE_BYTES`; Ray inlines up to
+#: ``task_rpc_inlined_bytes_limit``, 10 MiB by default, of a task's arguments); a larger one goes to the object store.
+INLINE_BYTES = 8 << 20
+
+
+def _pieces(wire: _Wire) -> list[Any]:
+    """A wire as a task's arguments that Ray sends inside the task (see :data:`PIECE_BYTES`): a :class:`_Wire` of its
+    first bytes, then arrays of the next ones (:func:`_joined` puts them back together).
+
+    Example:
+        >>> parts = _pieces(_Wire.of(torch.arange(60_000.0)))
+        >>> len(parts), torch.equal(_joined(parts), torch.arange(60_000.0))
+        (3, True)
+    """
+    data = wire.data
+    return [_Wire(data[:PIECE_BYTES], wire.dtype, wire.shape)] + [
+        data[i : i + PIECE_BYTES] for i in range(PIECE_BYTES, data.size, PIECE_BYTES)
+    ]
+
+
+def _joined(parts: Sequence[Any]) -> Tensor:
+    """The tensor of its own that a task's arguments carry: a whole :class:`_Wire` (read from the object store) or
+    its :func:`_pieces`."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first.tensor()
+    data = np.concatenate([first.data, *parts[1:]])  # (a new array: the tensor's own, no second copy)
+    return torch.from_numpy(data).view(first.dtype).reshape(first.shape)
 
 
 def _portable(update: ClientUpdate) -> tuple[ClientUpdate, _Wire]:

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generator_state, restore_generators
-from lit_asyncfl.executors.ray.wire import _portable, _Wire
+from lit_asyncfl.executors.ray.wire import _joined, _portable, _Wire
 
 
 def ray_available() -> bool:
@@ -353,11 +353,12 @@ class _Worker:
         return time.perf_counter(), time.thread_time()
 
     def train(
-        self, job: ClientJob, start: _Wire, states: list[Any] | None = None, fresh: tuple[_Wire, int] | None = None
+        self, job: ClientJob, states: list[Any] | None, fresh: tuple[_Wire, int] | None, *start: Any
     ) -> tuple[Result, Took]:
+        """A whole job (``start``: its start model, a :class:`_Wire` or its pieces, see :func:`_joined`)."""
         began = self._begin()
         assert self.runner is not None
-        update, results = self.runner.train(job, start.tensor(), states, _wire_fresh(fresh))
+        update, results = self.runner.train(job, _joined(start), states, _wire_fresh(fresh))
         return (*_portable(update), results), _took(began)
 
     def train_many(self, jobs: list[ClientJob], *starts: _Wire) -> tuple[list[Result], Took]:
@@ -367,12 +368,10 @@ class _Worker:
         updates = self.runner.train_many(jobs, [s.tensor() for s in starts])
         return [(*_portable(u), []) for u in updates], _took(began)
 
-    def first_part(
-        self, job: ClientJob, start: _Wire, states: list[Any] | None = None
-    ) -> tuple[_MergePoint | None, Took]:
+    def first_part(self, job: ClientJob, states: list[Any] | None, *start: Any) -> tuple[_MergePoint | None, Took]:
         began = self._begin()
         assert self.runner is not None
-        point = self.runner.first_part(job, start.tensor(), states)
+        point = self.runner.first_part(job, _joined(start), states)
         if point is not None:  # (a copy: the parked job keeps its own)
             point = copy.copy(point)
             point.weights = _Wire.of(point.weights)  # type: ignore[assignment]
@@ -382,15 +381,15 @@ class _Worker:
         self,
         job: ClientJob,
         fresh: tuple[_Wire, int] | None,
-        start: _Wire | None = None,
         states: list[Any] | None = None,
+        *start: Any,
     ) -> tuple[list[Any], Took]:
-        """What the job's merge taught (``start``: its first part is trained first; else it is parked here); the
-        rest of the job stays parked here, for :meth:`resume`."""
+        """What the job's merge taught (``start``: its start model, and its first part is trained first; none: it
+        is parked here); the rest of the job stays parked here, for :meth:`resume`."""
         began = self._begin()
         assert self.runner is not None
-        if start is not None:
-            self.runner.first_part(job, start.tensor(), states)
+        if start:
+            self.runner.first_part(job, _joined(start), states)
         merged = self.runner.merge(job, _wire_fresh(fresh))
         return merged, _took(began)
 
