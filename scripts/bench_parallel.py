@@ -40,9 +40,11 @@ weights identical`` (or ``weights differ``), for the first Ray configuration (``
 the other one). The limit is measured in the same run, between the runs it is the reference of: ``--workers`` raw
 PyTorch loops of the heavy workload's SGD step at once against one, each loop on the workload's data, measured before
 each workload's first repeat and after each of its repeats (``--repeats`` + 1 measurements; the workload's limit is
-their median). Ray's idle processes are running then, as during the runs (about 2-3% of one core, mostly the
-raylet). This VM's limit moved between 1.58x and 1.95x within minutes on a quiet afternoon; a limit measured once,
-after every run, compared the runs with another moment's machine.
+their median; each workload also prints each repeat's speedup over the mean of the limits measured just before and
+after it, which pairs a run with its moment's machine more closely than the medians do). Ray's idle processes are
+running then, as during the runs (about 2-3% of one core, mostly the raylet). This VM's limit moved between 1.41x
+and 1.97x within minutes on a quiet 27 November; a limit measured once, after every run, compared the runs with
+another moment's machine.
 """
 
 from __future__ import annotations
@@ -515,6 +517,16 @@ def main() -> None:
             + " one loop's steps per second; a step took "
             + ", ".join(f"{slower:+.0%}" for _, slower in pairs[name])
             + " CPU time in the loops at once"
+        )
+        limits = [ratio for ratio, _ in pairs[name]]  # each repeat against the limits just before and after it
+        bracketed = [
+            speedup / ((before + after) / 2)
+            for speedup, before, after in zip(results[name][0], limits[:-1], limits[1:], strict=True)
+        ]
+        print(
+            f"{name}: each repeat's speedup over the mean of the limits measured just before and after it: "
+            + ", ".join(f"{e:.2f}" for e in bracketed)
+            + f" (median {statistics.median(bracketed):.2f}; the last line divides the medians instead)"
         )
     release_workers()
     ray.shutdown()

@@ -32,6 +32,12 @@ class ClientJobError(RuntimeError):
     """A client job raised; the simulation stopped at the event boundary before the job's event."""
 
 
+class ExecutorError(RuntimeError):
+    """A failure of the executor itself, not of a client job (the Ray workers cannot build the run's engine, or no
+    trainer is left to compute a result): raised as it is, never dropped nor blamed on a client (see
+    :meth:`JobLifecycle._client_error`)."""
+
+
 def _is_storage_error(error: BaseException | None) -> bool:
     """Whether ``error`` (or what caused it) is a failure of the run's client state storage (a full disk)."""
     seen = 0
@@ -245,8 +251,9 @@ class JobLifecycle:
 
     def _client_error(self, job: ClientJob, error: Exception) -> None:
         """An exception in a job: raise :class:`ClientJobError`, or (``on_client_error="drop"``) drop the job. An
-        error of the run's storage is raised as it is (never dropped, never blamed on the client)."""
-        if _is_storage_error(error):
+        error of the run's storage or of the executor itself (:class:`ExecutorError`) is raised as it is (never
+        dropped, never blamed on the client)."""
+        if _is_storage_error(error) or isinstance(error, ExecutorError):
             raise error
         if self.on_client_error == "raise":
             raise ClientJobError(

@@ -20,7 +20,7 @@ from lit_asyncfl.availability import AlwaysAvailable, Availability
 from lit_asyncfl.checks import check_choice
 from lit_asyncfl.client_callbacks.base import ClientCallback
 from lit_asyncfl.core.job_work import sample_profiles, samples_before_step
-from lit_asyncfl.core.jobs import CRASH_STREAM, JOB_EVENTS, ClientJobError, JobLifecycle
+from lit_asyncfl.core.jobs import CRASH_STREAM, JOB_EVENTS, ClientJobError, ExecutorError, JobLifecycle
 from lit_asyncfl.core.observer import SimulationObserver
 from lit_asyncfl.core.retirement import RetiredOffline, retired_clients
 from lit_asyncfl.core.server import Server
@@ -36,6 +36,7 @@ __all__ = [
     "ClientJobError",
     "Event",
     "EventQueue",
+    "ExecutorError",
     "SimulationObserver",
     "Simulator",
     "sample_profiles",

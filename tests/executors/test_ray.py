@@ -14,6 +14,7 @@ import time
 import pytest
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 ray = pytest.importorskip("ray", reason="the Ray executor needs the ray extra: pip install 'lit-asyncfl[ray]'")
 
@@ -22,6 +23,7 @@ from conftest import global_weights, make_trainer  # noqa: E402
 from lit_asyncfl.algorithms import ASFL, FedAsync, get_algorithm  # noqa: E402
 from lit_asyncfl.callbacks import Callback  # noqa: E402
 from lit_asyncfl.client.ray_executor import RayExecutor  # noqa: E402
+from lit_asyncfl.core.simulator import ExecutorError  # noqa: E402
 from lit_asyncfl.data import DigitsDataModule  # noqa: E402
 from lit_asyncfl.executors.ray import placement, wire  # noqa: E402
 from lit_asyncfl.executors.ray.wire import _Wire  # noqa: E402
@@ -281,6 +283,20 @@ class UnbuildableOnWorkers(LeNet5):
 def test_an_engine_that_cannot_be_built_on_a_worker_fails_naming_the_cause(tmp_path, cluster):
     with pytest.raises(RuntimeError, match=r"(?s)building the engine on a Ray worker failed: .*my_private_models"):
         fit(tmp_path, "fedasync", RayExecutor(num_workers=2), model=UnbuildableOnWorkers(os.getpid()))
+
+
+def test_an_engine_that_cannot_be_built_stops_the_run_even_where_failing_jobs_are_dropped(tmp_path, cluster):
+    # Without validation data the build is first checked when a job's result is read: the failure is the executor's
+    # (ExecutorError), raised as it is, not a job error that on_client_error="drop" would drop (the run then waited
+    # forever on a stopped executor).
+    g = torch.Generator().manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(200, 1, 8, 8, generator=g), torch.randint(0, 10, (200,), generator=g)),
+                      batch_size=10)  # fmt: skip
+    trainer = make_trainer(tmp_path, get_algorithm("fedasync"), executor=RayExecutor(num_workers=2),
+                           on_client_error="drop", max_versions=6, checkpoint_every_seconds=None)  # fmt: skip
+    with pytest.raises(ExecutorError, match=r"(?s)building the engine on a Ray worker failed: .*my_private_models"):
+        trainer.fit(UnbuildableOnWorkers(os.getpid()), train_dataloaders=data)
+    assert sum(trainer.simulator.dropped.values()) == 0  # (no job was blamed for it)
 
 
 class BuiltOnceAFileExists(LeNet5):

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lit_asyncfl.core.jobs import ExecutorError
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generators_kept
 from lit_asyncfl.executors.ray.wire import INLINE_BYTES, _pieces, _Wire
@@ -290,6 +291,10 @@ class _Placement:
                     self._train_here(task)
                     continue
             self._place()
+            if not self._running:  # (nothing on a worker: the result can never come; ray.wait would block forever)
+                raise ExecutorError(
+                    f"the Ray executor has no task on a worker that could give job {job_id}'s result (was it stopped?)"
+                )
             began = time.perf_counter()
             finished, _ = ray.wait(list(self._running), num_returns=1)
             self.stats["wait_seconds"] += time.perf_counter() - began

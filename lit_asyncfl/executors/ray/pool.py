@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lit_asyncfl.core.jobs import ExecutorError
 from lit_asyncfl.executors.ray.worker import _import_ray, _Worker
 
 #: The workers' runtime environment with ``train_locally`` (merged with the job's): they run at the priority of Ray's
@@ -158,17 +159,26 @@ class _WorkerPool:
         if not self._building:
             return
         ray, building, self._building = self._ray, self._building, []
-        try:
-            ray.get(building)
-        except ray.exceptions.RayTaskError as error:
-            self.stop()
-            raise RuntimeError(f"building the engine on a Ray worker failed: {error}") from None
-        except ray.exceptions.RayActorError:  # (its task's result raises it too: the worker is replaced there)
-            pass
+        for build in building:  # (one at a time: a worker that died building must not hide another's failure)
+            try:
+                ray.get(build)
+            except ray.exceptions.RayTaskError as error:
+                self.stop()
+                raise ExecutorError(f"building the engine on a Ray worker failed: {error}") from None
+            except ray.exceptions.RayActorError:  # (its task's result raises it too: the worker is replaced there)
+                pass
 
     def _new_worker(self) -> Any:
+        """A replacement worker, its engine built and waited for: a replacement that cannot build it, or dies
+        building it, stops the run (:class:`~lit_asyncfl.core.jobs.ExecutorError`) rather than failing every job
+        it would take."""
         worker = self._actor.remote()
-        self._building.extend(self._load_engines([worker]))
+        ray = self._ray
+        try:
+            ray.get(self._load_engines([worker]))
+        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+            self.stop()
+            raise ExecutorError(f"building the engine on a replacement Ray worker failed: {error}") from None
         return worker
 
     def _replace_worker(self, index: int, actor: Any) -> None:
