@@ -156,29 +156,30 @@ class _WorkerPool:
         worker's result is read, so that a failure (a module or dataset a worker cannot unpickle) is raised naming
         its cause, not as every job's error; a worker that died building is replaced when its task's result says
         so."""
-        if not self._building:
-            return
-        ray, building, self._building = self._ray, self._building, []
-        for build in building:  # (one at a time: a worker that died building must not hide another's failure)
+        building, self._building = self._building, []
+        self._wait_for_builds(building, died_is_replaced=True)
+
+    def _wait_for_builds(self, builds: list[Any], died_is_replaced: bool, what: str = "a Ray worker") -> None:
+        """Wait for engine builds one at a time (a worker that died building must not hide another's failure): one
+        that raised stops the run (:class:`~lit_asyncfl.core.jobs.ExecutorError`, naming its cause); one whose worker
+        died too, unless ``died_is_replaced`` (its task's result raises it as well, and the worker is replaced
+        there)."""
+        ray = self._ray
+        for build in builds:
             try:
                 ray.get(build)
-            except ray.exceptions.RayTaskError as error:
+            except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+                if died_is_replaced and not isinstance(error, ray.exceptions.RayTaskError):  # (the worker died)
+                    continue
                 self.stop()
-                raise ExecutorError(f"building the engine on a Ray worker failed: {error}") from None
-            except ray.exceptions.RayActorError:  # (its task's result raises it too: the worker is replaced there)
-                pass
+                raise ExecutorError(f"building the engine on {what} failed: {error}") from None
 
     def _new_worker(self) -> Any:
         """A replacement worker, its engine built and waited for: a replacement that cannot build it, or dies
         building it, stops the run (:class:`~lit_asyncfl.core.jobs.ExecutorError`) rather than failing every job
         it would take."""
         worker = self._actor.remote()
-        ray = self._ray
-        try:
-            ray.get(self._load_engines([worker]))
-        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
-            self.stop()
-            raise ExecutorError(f"building the engine on a replacement Ray worker failed: {error}") from None
+        self._wait_for_builds(self._load_engines([worker]), died_is_replaced=False, what="a replacement Ray worker")
         return worker
 
     def _replace_worker(self, index: int, actor: Any) -> None:
