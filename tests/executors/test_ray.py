@@ -181,6 +181,26 @@ def test_a_start_model_sent_inside_its_task_is_rebuilt_bit_for_bit():
         assert size < 2 or not torch.equal(back, tensor)
 
 
+def test_tensors_sent_inside_a_task_in_pieces_are_rebuilt_bit_for_bit_and_too_many_bytes_go_whole(monkeypatch):
+    """A merge's effects (the weights and the job-info tensors a rest's task carries) travel as stand-ins and pieces
+    of at most 96 KiB, each tensor's own; over the inline budget each tensor goes whole (Ray's object store)."""
+    tensors = [torch.randn(60_001), torch.arange(5), torch.randn(3, 2).to(torch.bfloat16), torch.empty(0, 4),
+               torch.randn(24_576)]  # fmt: skip
+    stand_ins, pieces = wire._inline(tensors)
+    assert [s.count for s in stand_ins] == [3, 1, 1, 0, 1]  # (60_001 float32 in pieces of 24_576)
+    assert all(piece.nbytes <= wire.PIECE_BYTES for piece in pieces) and len(pieces) == 6
+    backs = [wire._resolved(s, pieces) for s in stand_ins]
+    for back, tensor in zip(backs, tensors):
+        assert back.dtype == tensor.dtype and back.shape == tensor.shape
+        assert torch.equal(back.reshape(-1).view(torch.uint8), tensor.reshape(-1).view(torch.uint8))  # (bits)
+    tensors[0].zero_()  # the rebuilt tensors are their own
+    assert not torch.equal(backs[0], tensors[0])
+    monkeypatch.setattr(wire, "INLINE_BYTES", 60_000 * 4)
+    stand_ins, pieces = wire._inline(tensors)
+    assert pieces == [] and all(isinstance(s, _Wire) for s in stand_ins)
+    assert torch.equal(wire._resolved(stand_ins[4], pieces), tensors[4])
+
+
 class SlowLeNet(LeNet5):
     """LeNet-5 whose steps take a while, so that a worker killed mid-run has jobs queued or running."""
 

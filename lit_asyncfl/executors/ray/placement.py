@@ -20,7 +20,7 @@ from torch import Tensor
 from lit_asyncfl.core.jobs import ExecutorError
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generators_kept
-from lit_asyncfl.executors.ray.wire import INLINE_BYTES, _pieces, _Wire
+from lit_asyncfl.executors.ray.wire import INLINE_BYTES, _inline, _pieces, _Wire
 from lit_asyncfl.executors.ray.worker import _apply_torch_settings, _torch_settings
 
 #: How many times a job whose worker died is recomputed on a new worker before the job fails.
@@ -200,7 +200,8 @@ class _Placement:
                 first = (shipped.states, *self._start_args(starts[0])) if shipped.from_start else ()
                 shipped.ref = actor.merge.remote(jobs[0], _wired(shipped.fresh), *first)
             elif shipped.part == 2:
-                shipped.ref = actor.resume.remote(jobs[0], _wired_merge(shipped.merged))
+                merged, pieces = _wired_merge(shipped.merged)
+                shipped.ref = actor.resume.remote(jobs[0], merged, *pieces)
             else:
                 shipped.ref = actor.train.remote(
                     jobs[0], shipped.states, _wired(shipped.fresh), *self._start_args(starts[0])
@@ -502,12 +503,15 @@ def _wired(fresh: tuple[Tensor, int] | None) -> tuple[_Wire, int] | None:
     return None if fresh is None else (_Wire.of(fresh[0]), fresh[1])
 
 
-def _wired_merge(merged: Any) -> Any:
+def _wired_merge(merged: Any) -> tuple[Any, list[Any]]:
     """What a merge computed here changed, its weights and the tensors it added to ``job_info`` (FedASMU's merge
-    jump, as large as the model) on the wire."""
+    jump, as large as the model), as the rest's task carries them: stand-ins in it, and their pieces for its last
+    arguments (:func:`_inline`)."""
     if merged is None or merged.weights is None:
-        return merged
+        return merged, []
     merged = copy.copy(merged)
-    merged.weights = _Wire.of(merged.weights)
-    merged.info = {k: _Wire.of(v) if isinstance(v, Tensor) else v for k, v in merged.info.items()}
-    return merged
+    keys = [k for k, v in merged.info.items() if isinstance(v, Tensor)]
+    stand_ins, pieces = _inline([merged.weights, *(merged.info[k] for k in keys)])
+    merged.weights = stand_ins[0]
+    merged.info = {**merged.info, **dict(zip(keys, stand_ins[1:]))}
+    return merged, pieces

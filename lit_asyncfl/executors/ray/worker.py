@@ -14,7 +14,7 @@ from torch import Tensor
 
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generator_state, restore_generators
-from lit_asyncfl.executors.ray.wire import _joined, _portable, _Wire
+from lit_asyncfl.executors.ray.wire import _joined, _portable, _resolved, _Slot, _Wire
 
 
 def ray_available() -> bool:
@@ -393,14 +393,17 @@ class _Worker:
         merged = self.runner.merge(job, _wire_fresh(fresh))
         return merged, _took(began)
 
-    def resume(self, job: ClientJob, merged: _Merged | None = None) -> tuple[Result, Took]:
-        """The rest of a job parked here, after its merge (``merged``: computed elsewhere, its effects)."""
+    def resume(self, job: ClientJob, merged: _Merged | None = None, *pieces: Any) -> tuple[Result, Took]:
+        """The rest of a job parked here, after its merge (``merged``: computed elsewhere, its effects; their tensors
+        stand-ins for ``pieces``, see :func:`_inline`)."""
         began = self._begin()
         assert self.runner is not None
-        if merged is not None and isinstance(merged.weights, _Wire):
+        if merged is not None and isinstance(merged.weights, (_Wire, _Slot)):
             merged = copy.copy(merged)
-            merged.weights = merged.weights.tensor()
-            merged.info = {k: v.tensor() if isinstance(v, _Wire) else v for k, v in merged.info.items()}
+            merged.weights = _resolved(merged.weights, pieces)
+            merged.info = {
+                k: _resolved(v, pieces) if isinstance(v, (_Wire, _Slot)) else v for k, v in merged.info.items()
+            }
         update, results = self.runner.resume(job, merged)
         if merged is not None:
             merged.sent_back(update)
