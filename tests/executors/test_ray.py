@@ -187,6 +187,8 @@ def test_tensors_sent_inside_a_task_in_pieces_are_rebuilt_bit_for_bit_and_too_ma
     tensors = [torch.randn(60_001), torch.arange(5), torch.randn(3, 2).to(torch.bfloat16), torch.empty(0, 4),
                torch.randn(24_576)]  # fmt: skip
     stand_ins, pieces = wire._inline(tensors)
+    for piece in pieces:  # (as Ray hands them to the worker)
+        piece.setflags(write=False)
     assert [s.count for s in stand_ins] == [3, 1, 1, 0, 1]  # (60_001 float32 in pieces of 24_576)
     assert all(piece.nbytes <= wire.PIECE_BYTES for piece in pieces) and len(pieces) == 6
     backs = [wire._resolved(s, pieces) for s in stand_ins]
@@ -810,11 +812,16 @@ class BatchNormCNN(ClassificationModule):
         )  # fmt: skip
 
 
-def test_a_merge_computed_here_from_a_job_state_gives_the_sequential_weights_and_batchnorm_counts(tmp_path, cluster):
+@pytest.mark.parametrize("inline_bytes", [wire.INLINE_BYTES, 0])
+def test_a_merge_computed_here_from_a_job_state_gives_the_sequential_weights_and_batchnorm_counts(
+    tmp_path, cluster, monkeypatch, inline_bytes
+):
     """The merges computed here from a job's state at its request while its worker is busy
     (:meth:`_JobRunner.learn_merge`), whose effects (weights, BatchNorm running statistics and counts, random
     state, job info) the worker puts in place before the rest of the job (``_Merged.apply``), give the sequential
-    executor's weights, running statistics and ``num_batches_tracked`` bit for bit."""
+    executor's weights, running statistics and ``num_batches_tracked`` bit for bit: carried inside the rest's task
+    in pieces, or (over the inline budget: 0 here) whole through Ray's object store."""
+    monkeypatch.setattr(wire, "INLINE_BYTES", inline_bytes)
     kwargs = {"max_versions": 12}
     model = BatchNormCNN()
     sequential = fit(tmp_path / "seq", merging_fedasmu(), model=copy.deepcopy(model), **kwargs)

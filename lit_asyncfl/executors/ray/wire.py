@@ -43,8 +43,9 @@ class _Wire:
 #: value set by the user, goes to the object store, which is slower but as exact).
 PIECE_BYTES = 96 << 10
 
-#: The largest tensor that travels inside its task (in pieces of :data:`PIECE_BYTES`; Ray inlines up to
-#: ``task_rpc_inlined_bytes_limit``, 10 MiB by default, of a task's arguments); a larger one goes to the object store.
+#: The most bytes of tensors a task carries inside it (in pieces of :data:`PIECE_BYTES`: one start model, or a merge's
+#: tensors together; Ray inlines up to ``task_rpc_inlined_bytes_limit``, 10 MiB by default, of a task's arguments);
+#: more go to the object store.
 INLINE_BYTES = 8 << 20
 
 

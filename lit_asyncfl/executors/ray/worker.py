@@ -395,7 +395,7 @@ class _Worker:
 
     def resume(self, job: ClientJob, merged: _Merged | None = None, *pieces: Any) -> tuple[Result, Took]:
         """The rest of a job parked here, after its merge (``merged``: computed elsewhere, its effects; their tensors
-        stand-ins for ``pieces``, see :func:`_inline`)."""
+        stand-ins for ``pieces``, see :func:`~lit_asyncfl.executors.ray.wire._inline`)."""
         began = self._begin()
         assert self.runner is not None
         if merged is not None and isinstance(merged.weights, (_Wire, _Slot)):
