@@ -142,21 +142,21 @@ def test_a_run_resumes_exactly_across_executors(tmp_path, cluster, first, second
 def test_at_most_max_ahead_results_wait_and_each_version_is_sent_inline_once_then_put_once(tmp_path, cluster):
     executor = RayExecutor(num_workers=2, max_ahead=3)
     puts, inline = [], []
-    real_put, real_pieces = ray.put, placement._pieces
+    real_put, real_inline = ray.put, placement._inline
 
     def counting_put(value, *args, **kwargs):
         puts.append(value)
         return real_put(value, *args, **kwargs)
 
-    def counting_pieces(wire):
-        inline.append(wire.tensor())
-        return real_pieces(wire)
+    def counting_inline(tensors):
+        inline.extend(t.clone() for t in tensors)
+        return real_inline(tensors)
 
-    ray.put, placement._pieces = counting_put, counting_pieces
+    ray.put, placement._inline = counting_put, counting_inline
     try:
         trainer = fit(tmp_path, "fedbuff", executor, num_clients=40, max_versions=4)  # 8 in flight, K = 10
     finally:
-        ray.put, placement._pieces = real_put, real_pieces
+        ray.put, placement._inline = real_put, real_inline
     stats = trainer.summary["executor"]
     assert stats["max_results_waiting"] <= 3 + 1  # the window, plus a job needed before the window had room
     starts = [p.tensor() for p in puts if isinstance(p, _Wire)]  # (a start model travels as its bytes)
@@ -172,10 +172,10 @@ def test_at_most_max_ahead_results_wait_and_each_version_is_sent_inline_once_the
 def test_a_start_model_sent_inside_its_task_is_rebuilt_bit_for_bit():
     for size in (0, 1, 24_575, 24_576, 24_577, 300_001):  # (pieces of 96 KiB: 24576 float32)
         tensor = torch.randn(size)
-        parts = placement._pieces(_Wire.of(tensor))
-        assert len(parts) == max(1, -(-size * 4 // wire.PIECE_BYTES))
-        assert all(part.nbytes <= wire.PIECE_BYTES for part in [parts[0].data, *parts[1:]])
-        back = wire._joined(parts)
+        stand_ins, pieces = placement._inline([tensor])
+        assert len(stand_ins) == 1 and len(pieces) == -(-size * 4 // wire.PIECE_BYTES)
+        assert all(piece.nbytes <= wire.PIECE_BYTES for piece in pieces)
+        back = wire._joined([*stand_ins, *pieces])
         assert back.dtype == tensor.dtype and torch.equal(back.view(torch.int32), tensor.view(torch.int32))
         tensor.zero_()  # (the arrays share the tensor's memory here) the rebuilt tensor is its own
         assert size < 2 or not torch.equal(back, tensor)

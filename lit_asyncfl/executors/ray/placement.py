@@ -20,7 +20,7 @@ from torch import Tensor
 from lit_asyncfl.core.jobs import ExecutorError
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generators_kept
-from lit_asyncfl.executors.ray.wire import INLINE_BYTES, _inline, _pieces, _Wire
+from lit_asyncfl.executors.ray.wire import INLINE_BYTES, _inline, _Wire
 from lit_asyncfl.executors.ray.worker import _apply_torch_settings, _torch_settings
 
 #: How many times a job whose worker died is recomputed on a new worker before the job fails.
@@ -245,7 +245,7 @@ class _Placement:
 
     def _start_args(self, start: Tensor) -> list[Any]:
         """A single job's start model (a global version's snapshot) as its task's last arguments: inside the task
-        the first time a job starting from it is placed (:func:`_pieces`, up to :data:`INLINE_BYTES`), else as the
+        the first time a job starting from it is placed (:func:`_inline`, up to :data:`INLINE_BYTES`), else as the
         reference of its copy in Ray's object store (:meth:`_start_ref`: put once, the second time, for every later
         job starting from it). A version one job starts from (FedAsync's) thus goes straight to the worker with its
         task: ``ray.put`` waits for the raylet (its object store) to create and seal the object, which held this
@@ -255,7 +255,8 @@ class _Placement:
         if key not in self._versions and start.numel() * start.element_size() <= INLINE_BYTES:
             self._versions[key] = None  # (sent once: a later job starting from it reads the object store's copy)
             weakref.finalize(start, self._versions.pop, key, None)
-            return _pieces(_Wire.of(start))
+            stand_ins, pieces = _inline([start])
+            return [*stand_ins, *pieces]
         return [self._start_ref(start)]
 
     def _start_ref(self, start: Tensor) -> Any:

@@ -49,31 +49,6 @@ PIECE_BYTES = 96 << 10
 INLINE_BYTES = 8 << 20
 
 
-def _pieces(wire: _Wire) -> list[Any]:
-    """A wire as a task's arguments that Ray sends inside the task (see :data:`PIECE_BYTES`): a :class:`_Wire` of its
-    first bytes, then arrays of the next ones (:func:`_joined` puts them back together).
-
-    Example:
-        >>> parts = _pieces(_Wire.of(torch.arange(60_000.0)))
-        >>> len(parts), torch.equal(_joined(parts), torch.arange(60_000.0))
-        (3, True)
-    """
-    data = wire.data
-    return [_Wire(data[:PIECE_BYTES], wire.dtype, wire.shape)] + [
-        data[i : i + PIECE_BYTES] for i in range(PIECE_BYTES, data.size, PIECE_BYTES)
-    ]
-
-
-def _joined(parts: Sequence[Any]) -> Tensor:
-    """The tensor of its own that a task's arguments carry: a whole :class:`_Wire` (read from the object store) or
-    its :func:`_pieces`."""
-    first = parts[0]
-    if len(parts) == 1:
-        return first.tensor()
-    data = np.concatenate([first.data, *parts[1:]])  # (a new array: the tensor's own, no second copy)
-    return torch.from_numpy(data).view(first.dtype).reshape(first.shape)
-
-
 @dataclass
 class _Slot:
     """In a task's argument, a tensor whose bytes travel inside the task, among its last arguments (:func:`_inline`):
@@ -119,6 +94,18 @@ def _resolved(stand_in: _Slot | _Wire, pieces: Sequence[np.ndarray]) -> Tensor:
         return torch.empty(stand_in.shape, dtype=stand_in.dtype)
     data = np.concatenate(pieces[stand_in.first : stand_in.first + stand_in.count])  # (a new array: its own)
     return torch.from_numpy(data).view(stand_in.dtype).reshape(stand_in.shape)
+
+
+def _joined(parts: Sequence[Any]) -> Tensor:
+    """The tensor of its own that a task's last arguments carry: a :class:`_Slot` and its pieces (:func:`_inline`), or
+    a whole :class:`_Wire` (read from the object store).
+
+    Example:
+        >>> stand_ins, pieces = _inline([torch.arange(60_000.0)])
+        >>> len(pieces), torch.equal(_joined([*stand_ins, *pieces]), torch.arange(60_000.0))
+        (3, True)
+    """
+    return _resolved(parts[0], parts[1:])
 
 
 def _portable(update: ClientUpdate) -> tuple[ClientUpdate, _Wire]:

@@ -355,7 +355,8 @@ class _Worker:
     def train(
         self, job: ClientJob, states: list[Any] | None, fresh: tuple[_Wire, int] | None, *start: Any
     ) -> tuple[Result, Took]:
-        """A whole job (``start``: its start model, a :class:`_Wire` or its pieces, see :func:`_joined`)."""
+        """A whole job (``start``: its start model, a :class:`_Wire` or a stand-in and its pieces, see
+        :func:`~lit_asyncfl.executors.ray.wire._joined`)."""
         began = self._begin()
         assert self.runner is not None
         update, results = self.runner.train(job, _joined(start), states, _wire_fresh(fresh))
