@@ -139,7 +139,11 @@ def test_a_run_resumes_exactly_across_executors(tmp_path, cluster, first, second
     assert [r["accuracy"] for r in resumed.history] == [r["accuracy"] for r in full.history]
 
 
-def test_at_most_max_ahead_results_wait_and_each_version_is_sent_inline_once_then_put_once(tmp_path, cluster):
+def test_at_most_max_ahead_results_wait_and_each_version_is_sent_inline_once_then_put_once(
+    tmp_path, cluster, monkeypatch
+):
+    """Through Ray (no shared memory: workers on other nodes)."""
+    monkeypatch.setattr(wire, "SHARED_MEMORY", None)
     executor = RayExecutor(num_workers=2, max_ahead=3)
     puts, inline = [], []
     real_put, real_inline = ray.put, placement._inline
@@ -201,6 +205,114 @@ def test_tensors_sent_inside_a_task_in_pieces_are_rebuilt_bit_for_bit_and_too_ma
     stand_ins, pieces = wire._inline(tensors)
     assert pieces == [] and all(isinstance(s, _Wire) for s in stand_ins)
     assert torch.equal(wire._resolved(stand_ins[4], pieces), tensors[4])
+
+
+needs_shared_memory = pytest.mark.skipif(
+    not os.path.isdir("/dev/shm"), reason="no shared memory (/dev/shm) here: tensors go through Ray"
+)
+
+
+@needs_shared_memory
+def test_tensors_handed_over_in_shared_memory_are_read_bit_for_bit_and_their_files_removed_by_their_reader():
+    tensors = [torch.randn(60_001), torch.arange(5), torch.randn(3, 2).to(torch.bfloat16), torch.empty(0, 4),
+               torch.tensor(2.5, dtype=torch.float64), torch.tensor([True, False])]  # fmt: skip
+    files = wire.SharedFiles.create()
+    assert files is not None and os.path.isdir(files.directory)
+    try:
+        taken = [files.write(t, taken=True) for t in tensors]
+        kept = files.write(tensors[0], taken=False)
+        tensors[0].zero_()  # (written: a later change to the tensor is not read)
+        assert all(isinstance(w, wire._Shared) for w in [*taken, kept])
+        backs = [w.tensor() for w in taken]
+        for back, tensor, w in zip(backs, tensors, taken):
+            assert back.dtype == tensor.dtype and back.shape == tensor.shape
+            assert not os.path.exists(w.path)  # (its reader removed it)
+        for back, tensor in zip(backs[1:], tensors[1:]):
+            assert torch.equal(back.reshape(-1).view(torch.uint8), tensor.reshape(-1).view(torch.uint8))  # (bits)
+        assert not torch.equal(backs[0], tensors[0]) and backs[0].abs().sum() > 0
+        first, second = kept.tensor(), kept.tensor()  # (a start model: read by several tasks, kept by its writer)
+        assert torch.equal(first, backs[0]) and torch.equal(second, backs[0]) and os.path.exists(kept.path)
+        first.zero_()  # each read is its own tensor
+        assert torch.equal(second, backs[0])
+        assert wire.SharedFiles.open(files.at).directory == files.directory
+        assert wire.SharedFiles.open((files.directory, "another node's token")) is None
+        assert wire.SharedFiles.open(("/nonexistent/lit_asyncfl", files.token)) is None
+        assert wire.SharedFiles.open(None) is None
+        dropped = files.write(tensors[1], taken=True)  # (a cancelled job's result: nobody reads it)
+        wire._dropped([(object(), dropped, []), kept])
+        assert not os.path.exists(dropped.path) and os.path.exists(kept.path)  # (only what its reader removes)
+        kept.discard()
+        assert os.listdir(files.directory) == ["token"]
+    finally:
+        files.remove()
+    assert not os.path.exists(files.directory)
+    fallback = files.write(tensors[2], taken=True)  # (the directory gone, or shared memory full: Ray's route)
+    assert isinstance(fallback, _Wire)
+    assert torch.equal(fallback.tensor().view(torch.int16), tensors[2].view(torch.int16))
+
+
+def run_files(executor_type, monkeypatch):
+    """Record, for a run, the files this process writes in shared memory (``written``: taken, and the tensor) and
+    the files left in the run's directory when the executor stops (``left``), and how many tasks were on workers
+    then (``running``)."""
+    seen = {"written": [], "left": None, "running": 0, "directory": None}
+    real_write, real_stop = wire.SharedFiles.write, executor_type.stop
+
+    def write(files, tensor, taken):
+        seen["written"].append((taken, tensor.clone()))
+        return real_write(files, tensor, taken)
+
+    def stop(executor):
+        if executor._files is not None and seen["left"] is None:
+            seen["directory"] = executor._files.directory
+            seen["left"] = sorted(os.listdir(executor._files.directory))
+            seen["running"] = len(executor._running)
+        return real_stop(executor)
+
+    monkeypatch.setattr(wire.SharedFiles, "write", write)
+    monkeypatch.setattr(executor_type, "stop", stop)
+    return seen
+
+
+@needs_shared_memory
+def test_workers_on_this_machine_get_each_start_model_once_through_shared_memory_and_no_file_is_left(
+    tmp_path, cluster, monkeypatch
+):
+    """Both nodes of the test cluster run on this machine: after their engine is built, their tasks' start models
+    are files in shared memory, each version written once for every job starting from it; the tensors that go to a
+    worker to be read once (a merge's effects) and the workers' results are removed by their readers, so at the
+    run's end only the files of the tasks still on workers are left, and the run's directory goes with the run."""
+    seen = run_files(RayExecutor, monkeypatch)
+    sequential = fit(tmp_path / "seq", "fedbuff", num_clients=40, max_versions=5)
+    trainer = fit(tmp_path / "ray", "fedbuff", RayExecutor(num_workers=2), num_clients=40, max_versions=5)
+    assert torch.equal(global_weights(trainer), global_weights(sequential))
+    starts = [tensor for taken, tensor in seen["written"] if not taken]
+    versions = {(t.sum().item(), t.abs().sum().item()) for t in starts}
+    assert 1 < len(starts) == len(versions) < trainer.summary["executor"]["jobs_remote"]  # each once, jobs share
+    assert seen["left"] is not None and "token" in seen["left"]
+    assert len(seen["left"]) - 1 <= len(versions) + 2 * seen["running"]  # (live versions; results of tasks left)
+    assert not os.path.exists(seen["directory"])
+
+
+@needs_shared_memory
+def test_workers_that_do_not_see_the_run_s_shared_memory_get_their_tensors_through_ray(tmp_path, cluster, monkeypatch):
+    """A worker on another machine does not find the run's directory with its token: it says so when its engine is
+    built, and its tasks' tensors (start models, merges, results) keep Ray's routes, with the same weights."""
+    real_create = wire.SharedFiles.create.__func__
+
+    def elsewhere(cls):  # (the directory the workers are told of holds another token: as on another machine)
+        files = real_create(cls)
+        with open(os.path.join(files.directory, "token"), "w") as file:
+            file.write("another machine's")
+        return files
+
+    monkeypatch.setattr(wire.SharedFiles, "create", classmethod(elsewhere))
+    seen = run_files(RayExecutor, monkeypatch)
+    kwargs, model = {"max_versions": 12}, BatchNormCNN()
+    sequential = fit(tmp_path / "seq", merging_fedasmu(), model=copy.deepcopy(model), **kwargs)
+    on_ray = fit(tmp_path / "ray", merging_fedasmu(), RayExecutor(num_workers=2), model=model, **kwargs)
+    assert seen["written"] == [] and seen["left"] == ["token"]
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
 
 
 class SlowLeNet(LeNet5):
@@ -812,16 +924,20 @@ class BatchNormCNN(ClassificationModule):
         )  # fmt: skip
 
 
-@pytest.mark.parametrize("inline_bytes", [wire.INLINE_BYTES, 0])
+@pytest.mark.parametrize("route", ["shared memory", "inside the task", "object store"])
 def test_a_merge_computed_here_from_a_job_state_gives_the_sequential_weights_and_batchnorm_counts(
-    tmp_path, cluster, monkeypatch, inline_bytes
+    tmp_path, cluster, monkeypatch, route
 ):
     """The merges computed here from a job's state at its request while its worker is busy
     (:meth:`_JobRunner.learn_merge`), whose effects (weights, BatchNorm running statistics and counts, random
     state, job info) the worker puts in place before the rest of the job (``_Merged.apply``), give the sequential
-    executor's weights, running statistics and ``num_batches_tracked`` bit for bit: carried inside the rest's task
-    in pieces, or (over the inline budget: 0 here) whole through Ray's object store."""
-    monkeypatch.setattr(wire, "INLINE_BYTES", inline_bytes)
+    executor's weights, running statistics and ``num_batches_tracked`` bit for bit: as files in shared memory (the
+    workers on this machine), carried inside the rest's task in pieces (no shared memory), or (no shared memory,
+    over the inline budget: 0 here) whole through Ray's object store."""
+    if route != "shared memory":
+        monkeypatch.setattr(wire, "SHARED_MEMORY", None)
+    if route == "object store":
+        monkeypatch.setattr(wire, "INLINE_BYTES", 0)
     kwargs = {"max_versions": 12}
     model = BatchNormCNN()
     sequential = fit(tmp_path / "seq", merging_fedasmu(), model=copy.deepcopy(model), **kwargs)

@@ -27,6 +27,7 @@ from lit_asyncfl.engines.base import generators_kept
 from lit_asyncfl.executors.ray.placement import _due, _Failed, _Shipped
 from lit_asyncfl.executors.ray.pool import _WorkerPool
 from lit_asyncfl.executors.ray.requests import _asks_server, _Requests
+from lit_asyncfl.executors.ray.wire import SharedFiles
 from lit_asyncfl.executors.ray.worker import _import_ray, _torch_settings, carried, detached
 
 log = logging.getLogger("lit_asyncfl")
@@ -192,6 +193,8 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
         self._ray: Any = None
         self._workers: list[Any] = []
         self._building: list[Any] = []
+        self._files: SharedFiles | None = None
+        self._reading: set[Any] = set()
         self._local: Any = None
         self._ship_all = True
         self._cohort = False
@@ -276,6 +279,7 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
         self._running: dict[Any, _Shipped] = {}  # result ref -> task, for tasks placed on a worker and not received
         self._done: dict[int, ClientUpdate | _Failed] = {}  # received results, until their jobs are consumed
         self._versions: dict[int, Any] = {}  # id(a snapshot) -> its object ref, while the snapshot lives
+        self._shared_starts: dict[int, Any] = {}  # id(a snapshot) -> its file in shared memory, while it lives
         self._busy = [0] * n  # tasks placed on each worker and not received
         self._order = itertools.count()
         self._trained_here: set[int] = set()  # jobs this process trained (train_locally), until consumed
@@ -307,6 +311,7 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
         cancelled task's sequence number and then fail its next task (``ActorUnavailableError``, seen with Ray 2.60
         in about one test run in six), so no task is cancelled."""
         self._shipped, self._done, self._queue, self._versions, self._trained_here = {}, {}, [], {}, set()
+        self._shared_starts = {}
         self._waiting, self._running = [], {}
         self._pending, self._trainer_ref = {}, None  # nothing of the run stays alive
         self._parked, self._stay, self._here, self._merged, self._after = {}, set(), None, {}, {}

@@ -20,7 +20,7 @@ from torch import Tensor
 from lit_asyncfl.core.jobs import ExecutorError
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generators_kept
-from lit_asyncfl.executors.ray.wire import INLINE_BYTES, _inline, _Wire
+from lit_asyncfl.executors.ray.wire import INLINE_BYTES, SharedFiles, _dropped, _inline, _Shared, _Wire
 from lit_asyncfl.executors.ray.worker import _apply_torch_settings, _torch_settings
 
 #: How many times a job whose worker died is recomputed on a new worker before the job fails.
@@ -88,6 +88,9 @@ class _Placement:
     _running: dict[Any, _Shipped]
     _done: dict[int, ClientUpdate | _Failed]
     _versions: dict[int, Any]  # id(a start model) -> its object-store reference (None: sent inside a task once)
+    _shared_starts: dict[int, _Shared]  # id(a start model) -> its file in shared memory (workers on this node)
+    _files: SharedFiles | None
+    _reading: set[Any]
     _busy: list[int]
     _order: Any
     _trained_here: set[int]
@@ -192,19 +195,20 @@ class _Placement:
             assert shipped.jobs is not None and shipped.starts is not None
             jobs, starts = shipped.jobs, shipped.starts  # (a cohort trains whole, cancelled jobs too: same results)
             actor = self._workers[worker]
+            files = self._files if actor in self._reading else None  # (a worker on this node: through shared memory)
             if self._cohort:
                 shipped.ref = actor.train_many.remote(jobs, *map(self._start_ref, starts))
             elif shipped.part == 1:
-                shipped.ref = actor.first_part.remote(jobs[0], shipped.states, *self._start_args(starts[0]))
+                shipped.ref = actor.first_part.remote(jobs[0], shipped.states, *self._start_args(starts[0], files))
             elif shipped.part == 3:  # (from the start: a job parked nowhere, see _merge)
-                first = (shipped.states, *self._start_args(starts[0])) if shipped.from_start else ()
-                shipped.ref = actor.merge.remote(jobs[0], _wired(shipped.fresh), *first)
+                first = (shipped.states, *self._start_args(starts[0], files)) if shipped.from_start else ()
+                shipped.ref = actor.merge.remote(jobs[0], _wired(shipped.fresh, files), *first)
             elif shipped.part == 2:
-                merged, pieces = _wired_merge(shipped.merged)
+                merged, pieces = _wired_merge(shipped.merged, files)
                 shipped.ref = actor.resume.remote(jobs[0], merged, *pieces)
             else:
                 shipped.ref = actor.train.remote(
-                    jobs[0], shipped.states, _wired(shipped.fresh), *self._start_args(starts[0])
+                    jobs[0], shipped.states, _wired(shipped.fresh, files), *self._start_args(starts[0], files)
                 )
             shipped.worker, shipped.actor = worker, actor
             self._running[shipped.ref] = shipped
@@ -243,15 +247,25 @@ class _Placement:
         """Whether any job of a task is still wanted."""
         return any(self._shipped.get(k) is shipped for k in shipped.batch)
 
-    def _start_args(self, start: Tensor) -> list[Any]:
-        """A single job's start model (a global version's snapshot) as its task's last arguments: inside the task
-        the first time a job starting from it is placed (:func:`_inline`, up to :data:`INLINE_BYTES`), else as the
-        reference of its copy in Ray's object store (:meth:`_start_ref`: put once, the second time, for every later
-        job starting from it). A version one job starts from (FedAsync's) thus goes straight to the worker with its
-        task: ``ray.put`` waits for the raylet (its object store) to create and seal the object, which held this
-        process 2.6 ms of wall time per put (0.7 ms of CPU) while both cores trained, and the worker's read of the
-        argument waits for it again."""
+    def _start_args(self, start: Tensor, files: SharedFiles | None = None) -> list[Any]:
+        """A single job's start model (a global version's snapshot) as its task's last arguments: for a worker on
+        this node (``files``), its file in shared memory (written once, for every job starting from it, and removed
+        when the simulation lets go of the snapshot); else inside the task the first time a job starting from it is
+        placed (:func:`_inline`, up to :data:`INLINE_BYTES`), else as the reference of its copy in Ray's object
+        store (:meth:`_start_ref`: put once, the second time, for every later job starting from it). A version one
+        job starts from (FedAsync's) thus goes straight to the worker with its task: ``ray.put`` waits for the
+        raylet (its object store) to create and seal the object, which held this process 2.6 ms of wall time per put
+        (0.7 ms of CPU) while both cores trained, and the worker's read of the argument waits for it again."""
         key = id(start)
+        if files is not None:
+            shared = self._shared_starts.get(key)
+            if shared is None:
+                written = files.write(start, taken=False)
+                if isinstance(written, _Shared):  # (else shared memory is full: Ray's routes)
+                    self._shared_starts[key] = shared = written
+                    weakref.finalize(start, _forget_file, self._shared_starts, key)
+            if shared is not None:
+                return [shared]
         if key not in self._versions and start.numel() * start.element_size() <= INLINE_BYTES:
             self._versions[key] = None  # (sent once: a later job starting from it reads the object store's copy)
             weakref.finalize(start, self._versions.pop, key, None)
@@ -418,6 +432,7 @@ class _Placement:
                     value.weights = value.weights.tensor()
                     self._points[live[0]] = value
             else:
+                _dropped(value)
                 shipped.actor.discard.remote(shipped.batch[0])
             return
         if shipped.part == 3:  # the merge went back; the rest waits, parked on the same worker, for its turn
@@ -430,11 +445,13 @@ class _Placement:
             self._rest(shipped, jobs, starts, shipped.worker, shipped.actor)
             return
         for k, (update, weights, results) in zip(shipped.batch, value if isinstance(value, list) else [value]):
-            if self._shipped.get(k) is shipped:  # (a cohort's other jobs wait here, ready)
-                update.weights = weights.tensor()
-                if shipped.part == 2 and shipped.merged is not None:  # (the merge's tensors it did not send back)
-                    shipped.merged.taken_back(update)
-                self._done[k] = (update, results)
+            if self._shipped.get(k) is not shipped:  # (cancelled: nobody reads its weights)
+                _dropped(weights)
+                continue
+            update.weights = weights.tensor()  # (a cohort's other jobs wait here, ready)
+            if shipped.part == 2 and shipped.merged is not None:  # (the merge's tensors it did not send back)
+                shipped.merged.taken_back(update)
+            self._done[k] = (update, results)
 
     def _rest(self, merge: _Shipped, jobs: list[ClientJob], starts: list[Tensor], worker: int, actor: Any) -> None:
         """After a parked job's merge (its task ``merge``): the rest of the job waits, due at about its arrival (or
@@ -500,18 +517,32 @@ def _due(job: ClientJob) -> float:
     return job.arrival_time if job.request_step is None else job.request_time
 
 
-def _wired(fresh: tuple[Tensor, int] | None) -> tuple[_Wire, int] | None:
-    return None if fresh is None else (_Wire.of(fresh[0]), fresh[1])
+def _forget_file(shared: dict[int, _Shared], key: int) -> None:
+    """A start model's snapshot is gone: its file in shared memory goes too (every task reading it was received)."""
+    file = shared.pop(key, None)
+    if file is not None:
+        file.discard()
 
 
-def _wired_merge(merged: Any) -> tuple[Any, list[Any]]:
+def _wired(fresh: tuple[Tensor, int] | None, files: SharedFiles | None = None) -> tuple[_Wire | _Shared, int] | None:
+    """The server's answer to a job's request as its task carries it (in a file of ``files``, read once)."""
+    if fresh is None:
+        return None
+    return (_Wire.of(fresh[0]) if files is None else files.write(fresh[0], taken=True)), fresh[1]
+
+
+def _wired_merge(merged: Any, files: SharedFiles | None = None) -> tuple[Any, list[Any]]:
     """What a merge computed here changed, its weights and the tensors it added to ``job_info`` (FedASMU's merge
-    jump, as large as the model), as the rest's task carries them: stand-ins in it, and their pieces for its last
-    arguments (:func:`_inline`)."""
+    jump, as large as the model), as the rest's task carries them: files in shared memory (``files``: a worker on
+    this node; read once), or stand-ins in it and their pieces for its last arguments (:func:`_inline`)."""
     if merged is None or merged.weights is None:
         return merged, []
     merged = copy.copy(merged)
     keys = [k for k, v in merged.info.items() if isinstance(v, Tensor)]
+    if files is not None:
+        merged.weights = files.write(merged.weights, taken=True)
+        merged.info = {**merged.info, **{k: files.write(merged.info[k], taken=True) for k in keys}}
+        return merged, []
     stand_ins, pieces = _inline([merged.weights, *(merged.info[k] for k in keys)])
     merged.weights = stand_ins[0]
     merged.info = {**merged.info, **dict(zip(keys, stand_ins[1:]))}

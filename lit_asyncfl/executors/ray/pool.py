@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from lit_asyncfl.core.jobs import ExecutorError
+from lit_asyncfl.executors.ray.wire import SharedFiles
 from lit_asyncfl.executors.ray.worker import _import_ray, _Worker
 
 #: The workers' runtime environment with ``train_locally`` (merged with the job's): they run at the priority of Ray's
@@ -86,7 +87,9 @@ class _WorkerPool:
     _actor: Any
     _pool_key: tuple[Any, float, float, bool]
     _trainer_ref: Any
-    _building: list[Any]  # the references of the engines being built on workers, until _built waits for them
+    _building: list[tuple[Any, Any]]  # (worker, its engine build's reference), until _built waits for them
+    _files: SharedFiles | None  # the run's shared-memory directory (see wire.SharedFiles)
+    _reading: set[Any]  # the workers that see it: their tasks' tensors travel through it
     _worker_device: str
     _threads: int
     _settings: dict[str, Any]
@@ -120,6 +123,7 @@ class _WorkerPool:
         idle = _IDLE.setdefault(self._pool_key, [])
         self._free_idle(ray, n - len(idle))
         self._workers = [idle.pop() if idle else self._actor.remote() for _ in range(n)]
+        self._files = SharedFiles.create()
         self._building = self._load_engines(self._workers)  # (waited for by _built, at the first result)
 
     def _free_idle(self, ray: Any, new: int) -> None:
@@ -143,11 +147,13 @@ class _WorkerPool:
             return max(1, int(resources.get("GPU", 0) / self.num_gpus_per_worker))
         return max(1, int(resources.get("CPU", 1) / max(self.num_cpus_per_worker, 1e-9)))
 
-    def _load_engines(self, workers: list[Any]) -> list[Any]:
-        """Start building the run's engine on ``workers`` (each builds it before its first task): the builds'
-        references, for :meth:`_built`."""
-        settings = self._settings
-        return [w.load.remote(self._trainer_ref, self._worker_device, self._threads, settings) for w in workers]
+    def _load_engines(self, workers: list[Any]) -> list[tuple[Any, Any]]:
+        """Start building the run's engine on ``workers`` (each builds it before its first task): each worker and its
+        build's reference, for :meth:`_built` (a build tells whether the worker sees the run's shared-memory
+        directory)."""
+        settings, files = self._settings, self._files.at if self._files is not None else None
+        device, threads = self._worker_device, self._threads
+        return [(w, w.load.remote(self._trainer_ref, device, threads, settings, files)) for w in workers]
 
     def _built(self) -> None:
         """Wait for the engines being built on workers (:meth:`_load_engines`), which this process does not wait
@@ -159,15 +165,18 @@ class _WorkerPool:
         building, self._building = self._building, []
         self._wait_for_builds(building, died_is_replaced=True)
 
-    def _wait_for_builds(self, builds: list[Any], died_is_replaced: bool, what: str = "a Ray worker") -> None:
+    def _wait_for_builds(
+        self, builds: list[tuple[Any, Any]], died_is_replaced: bool, what: str = "a Ray worker"
+    ) -> None:
         """Wait for engine builds one at a time (a worker that died building must not hide another's failure): one
         that raised stops the run (:class:`~lit_asyncfl.core.jobs.ExecutorError`, naming its cause); one whose worker
         died too, unless ``died_is_replaced`` (its task's result raises it as well, and the worker is replaced
-        there)."""
+        there). A worker that sees the run's shared-memory directory gets its tensors through it from now on."""
         ray = self._ray
-        for build in builds:
+        for worker, build in builds:
             try:
-                ray.get(build)
+                if ray.get(build):
+                    self._reading.add(worker)
             except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
                 if died_is_replaced and not isinstance(error, ray.exceptions.RayTaskError):  # (the worker died)
                     continue
@@ -187,12 +196,16 @@ class _WorkerPool:
         if self._workers[index] is not actor:
             return
         _kill(self._ray, actor)
+        self._reading.discard(actor)
         self._workers[index] = self._new_worker()
         self.stats["worker_restarts"] += 1
 
     def _stop_workers(self) -> None:
         """The run's workers wait for the next run (``reuse_workers``) or end."""
-        self._building = []
+        self._building, self._reading = [], set()
+        if self._files is not None:  # (a task still on a worker finds it gone: its result is dropped anyway)
+            self._files.remove()
+            self._files = None
         if self._workers and self.reuse_workers:
             for worker in self._workers:
                 worker.unload.remote()

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generator_state, restore_generators
-from lit_asyncfl.executors.ray.wire import _joined, _portable, _resolved, _Slot, _Wire
+from lit_asyncfl.executors.ray.wire import SharedFiles, _joined, _outgoing, _portable, _resolved, _Shared, _Slot, _Wire
 
 
 def ray_available() -> bool:
@@ -58,7 +58,7 @@ def carried(callbacks: Sequence[Any]) -> list[Any]:
 
 
 #: What a job brings back: its update without weights, its weights on the wire, and the carried callbacks' results.
-Result = tuple[ClientUpdate, _Wire, list[Any]]
+Result = tuple[ClientUpdate, _Wire | _Shared, list[Any]]
 
 #: A worker task's wall seconds and CPU seconds (its thread's: what it computed, without the time another process
 #: held the core), as it measured them.
@@ -326,7 +326,7 @@ def _load_states(engine: Any, job: ClientJob, states: list[Any] | None) -> None:
             cb.load_job_state(job, state)
 
 
-def _wire_fresh(fresh: tuple[_Wire, int] | None) -> tuple[Tensor, int] | None:
+def _wire_fresh(fresh: tuple[_Wire | _Shared, int] | None) -> tuple[Tensor, int] | None:
     return None if fresh is None else (fresh[0].tensor(), fresh[1])
 
 
@@ -336,38 +336,48 @@ class _Worker:
 
     def __init__(self) -> None:
         self.runner: _JobRunner | None = None
+        self.files: SharedFiles | None = None  # the run's shared-memory directory, where this worker sees it
 
     def load(
-        self, make_trainer: Callable[[torch.device], Any], device: str, num_threads: int, settings: dict[str, Any]
-    ) -> None:
+        self,
+        make_trainer: Callable[[torch.device], Any],
+        device: str,
+        num_threads: int,
+        settings: dict[str, Any],
+        files: tuple[str, str] | None = None,
+    ) -> bool:
+        """Build the run's engine; whether this worker sees the run's shared-memory directory (``files``:
+        :attr:`SharedFiles.at`), through which its tensors then travel."""
         torch.set_num_threads(num_threads)
         _apply_torch_settings(settings)
         self.unload()  # the previous run's engine goes first
         self.runner = _JobRunner(make_trainer(torch.device(device)))
+        self.files = SharedFiles.open(files)
+        return self.files is not None
 
     def unload(self) -> None:
-        self.runner = None  # an idle worker keeps no run's model or data
+        self.runner, self.files = None, None  # an idle worker keeps no run's model or data
 
     def _begin(self) -> Took:
         assert self.runner is not None
         return time.perf_counter(), time.thread_time()
 
     def train(
-        self, job: ClientJob, states: list[Any] | None, fresh: tuple[_Wire, int] | None, *start: Any
+        self, job: ClientJob, states: list[Any] | None, fresh: tuple[_Wire | _Shared, int] | None, *start: Any
     ) -> tuple[Result, Took]:
-        """A whole job (``start``: its start model, a :class:`_Wire` or a stand-in and its pieces, see
-        :func:`~lit_asyncfl.executors.ray.wire._joined`)."""
+        """A whole job (``start``: its start model, a :class:`_Wire`, a :class:`_Shared` or a stand-in and its pieces,
+        see :func:`~lit_asyncfl.executors.ray.wire._joined`)."""
         began = self._begin()
         assert self.runner is not None
         update, results = self.runner.train(job, _joined(start), states, _wire_fresh(fresh))
-        return (*_portable(update), results), _took(began)
+        return (*_portable(update, self.files), results), _took(began)
 
     def train_many(self, jobs: list[ClientJob], *starts: _Wire) -> tuple[list[Result], Took]:
         # (the start models come as separate arguments: Ray resolves object references only at the top level)
         began = self._begin()
         assert self.runner is not None
         updates = self.runner.train_many(jobs, [s.tensor() for s in starts])
-        return [(*_portable(u), []) for u in updates], _took(began)
+        return [(*_portable(u, self.files), []) for u in updates], _took(began)
 
     def first_part(self, job: ClientJob, states: list[Any] | None, *start: Any) -> tuple[_MergePoint | None, Took]:
         began = self._begin()
@@ -375,13 +385,13 @@ class _Worker:
         point = self.runner.first_part(job, _joined(start), states)
         if point is not None:  # (a copy: the parked job keeps its own)
             point = copy.copy(point)
-            point.weights = _Wire.of(point.weights)  # type: ignore[assignment]
+            point.weights = _outgoing(point.weights, self.files)  # type: ignore[assignment]
         return point, _took(began)
 
     def merge(
         self,
         job: ClientJob,
-        fresh: tuple[_Wire, int] | None,
+        fresh: tuple[_Wire | _Shared, int] | None,
         states: list[Any] | None = None,
         *start: Any,
     ) -> tuple[list[Any], Took]:
@@ -399,16 +409,16 @@ class _Worker:
         stand-ins for ``pieces``, see :func:`~lit_asyncfl.executors.ray.wire._inline`)."""
         began = self._begin()
         assert self.runner is not None
-        if merged is not None and isinstance(merged.weights, (_Wire, _Slot)):
+        if merged is not None and isinstance(merged.weights, (_Wire, _Slot, _Shared)):
             merged = copy.copy(merged)
             merged.weights = _resolved(merged.weights, pieces)
             merged.info = {
-                k: _resolved(v, pieces) if isinstance(v, (_Wire, _Slot)) else v for k, v in merged.info.items()
+                k: _resolved(v, pieces) if isinstance(v, (_Wire, _Slot, _Shared)) else v for k, v in merged.info.items()
             }
         update, results = self.runner.resume(job, merged)
         if merged is not None:
             merged.sent_back(update)
-        return (*_portable(update), results), _took(began)
+        return (*_portable(update, self.files), results), _took(began)
 
     def discard(self, job_id: int) -> None:
         if self.runner is not None:
