@@ -234,28 +234,67 @@ def test_tensors_handed_over_in_shared_memory_are_read_bit_for_bit_and_their_fil
         assert torch.equal(first, backs[0]) and torch.equal(second, backs[0]) and os.path.exists(kept.path)
         first.zero_()  # each read is its own tensor
         assert torch.equal(second, backs[0])
-        assert wire.SharedFiles.open(files.at).directory == files.directory
-        assert wire.SharedFiles.open((files.directory, "another node's token")) is None
-        assert wire.SharedFiles.open(("/nonexistent/lit_asyncfl", files.token)) is None
-        assert wire.SharedFiles.open(None) is None
+        assert wire.SharedFiles.attach(files.at).directory == files.directory
+        assert wire.SharedFiles.attach((files.directory, "another node's token")) is None
+        assert wire.SharedFiles.attach(("/nonexistent/lit_asyncfl", files.token)) is None
+        assert wire.SharedFiles.attach(None) is None
         dropped = files.write(tensors[1], taken=True)  # (a cancelled job's result: nobody reads it)
         wire._dropped([(object(), dropped, []), kept])
         assert not os.path.exists(dropped.path) and os.path.exists(kept.path)  # (only what its reader removes)
         kept.discard()
         assert os.listdir(files.directory) == ["token"]
+        other = wire.SharedFiles.attach(files.at)  # (another process: its names never meet these)
+        names = {files.write(tensors[1], taken=True).path for _ in range(3)}
+        names |= {other.write(tensors[1], taken=True).path for _ in range(3)}
+        assert len(names) == 6
     finally:
         files.remove()
     assert not os.path.exists(files.directory)
     fallback = files.write(tensors[2], taken=True)  # (the directory gone, or shared memory full: Ray's route)
-    assert isinstance(fallback, _Wire)
+    assert isinstance(fallback, _Wire) and files.full
     assert torch.equal(fallback.tensor().view(torch.int16), tensors[2].view(torch.int16))
+    os.mkdir(files.directory)  # (writable again: the run's tensors keep Ray's route, not a failed write each)
+    try:
+        assert isinstance(files.write(tensors[1], taken=True), _Wire) and os.listdir(files.directory) == []
+    finally:
+        os.rmdir(files.directory)
+
+
+@needs_shared_memory
+def test_the_directory_a_killed_run_left_in_shared_memory_is_removed_by_the_next_run_not_a_live_run_s():
+    import tempfile
+
+    killed = tempfile.mkdtemp(prefix=wire._PREFIX, dir=wire.SHARED_MEMORY)  # (its token file no longer locked)
+    for name in ("token", "1f2e-0"):
+        with open(os.path.join(killed, name), "w") as file:
+            file.write("x")
+    live = wire.SharedFiles.create()
+    try:
+        assert not os.path.exists(killed)
+        later = wire.SharedFiles.create()  # (another run while this one lives: its lock keeps its directory)
+        assert os.path.exists(live.directory) and later.directory != live.directory
+        later.remove()
+    finally:
+        live.remove()
+    assert not os.path.exists(live.directory)
+
+
+def shared_paths(value):
+    """The paths of the files in shared memory a task's result holds."""
+    if isinstance(value, wire._Shared):
+        return {value.path}
+    if isinstance(value, (list, tuple)):
+        return set().union(*map(shared_paths, value)) if value else set()
+    weights = getattr(value, "weights", None)  # (a job's state at its request)
+    return shared_paths(weights) if weights is not None else set()
 
 
 def run_files(executor_type, monkeypatch):
-    """Record, for a run, the files this process writes in shared memory (``written``: taken, and the tensor) and
-    the files left in the run's directory when the executor stops (``left``), and how many tasks were on workers
-    then (``running``)."""
-    seen = {"written": [], "left": None, "running": 0, "directory": None}
+    """Record, for a run, the files this process writes in shared memory (``written``: taken, and the tensor) and,
+    when the executor stops, after the tasks still on workers have finished, the files left in the run's directory
+    (``left``) and those among them that nobody would read or remove (``orphans``: neither the token, nor a start
+    model still held, nor a result of those tasks)."""
+    seen = {"written": [], "left": None, "orphans": None, "directory": None}
     real_write, real_stop = wire.SharedFiles.write, executor_type.stop
 
     def write(files, tensor, taken):
@@ -264,9 +303,19 @@ def run_files(executor_type, monkeypatch):
 
     def stop(executor):
         if executor._files is not None and seen["left"] is None:
-            seen["directory"] = executor._files.directory
-            seen["left"] = sorted(os.listdir(executor._files.directory))
-            seen["running"] = len(executor._running)
+            refs = list(executor._running)
+            ray.wait(refs, num_returns=len(refs), timeout=60)
+            results = set()
+            for ref in refs:
+                try:
+                    value = ray.get(ref)[0]
+                except ray.exceptions.RayError:  # (a task that raised wrote nothing)
+                    continue
+                results |= shared_paths(value)
+            seen["directory"] = directory = executor._files.directory
+            seen["left"] = sorted(os.listdir(directory))
+            held = {os.path.join(directory, "token")} | {f.path for f in executor._shared_starts.values()}
+            seen["orphans"] = {os.path.join(directory, n) for n in seen["left"]} - held - results
         return real_stop(executor)
 
     monkeypatch.setattr(wire.SharedFiles, "write", write)
@@ -275,22 +324,23 @@ def run_files(executor_type, monkeypatch):
 
 
 @needs_shared_memory
+@pytest.mark.parametrize("preset", ["fedbuff", "asfl"])
 def test_workers_on_this_machine_get_each_start_model_once_through_shared_memory_and_no_file_is_left(
-    tmp_path, cluster, monkeypatch
+    tmp_path, cluster, monkeypatch, preset
 ):
     """Both nodes of the test cluster run on this machine: after their engine is built, their tasks' start models
     are files in shared memory, each version written once for every job starting from it; the tensors that go to a
-    worker to be read once (a merge's effects) and the workers' results are removed by their readers, so at the
-    run's end only the files of the tasks still on workers are left, and the run's directory goes with the run."""
+    worker to be read once and the workers' results are removed by their readers, those of cancelled jobs (ASFL
+    cancels jobs) when they arrive, so at the run's end only the start models still held and the results of the
+    tasks still on workers are left, and the run's directory goes with the run."""
     seen = run_files(RayExecutor, monkeypatch)
-    sequential = fit(tmp_path / "seq", "fedbuff", num_clients=40, max_versions=5)
-    trainer = fit(tmp_path / "ray", "fedbuff", RayExecutor(num_workers=2), num_clients=40, max_versions=5)
+    sequential = preset_run(tmp_path / "seq", preset)
+    trainer = preset_run(tmp_path / "ray", preset, RayExecutor(num_workers=2))
     assert torch.equal(global_weights(trainer), global_weights(sequential))
     starts = [tensor for taken, tensor in seen["written"] if not taken]
     versions = {(t.sum().item(), t.abs().sum().item()) for t in starts}
     assert 1 < len(starts) == len(versions) < trainer.summary["executor"]["jobs_remote"]  # each once, jobs share
-    assert seen["left"] is not None and "token" in seen["left"]
-    assert len(seen["left"]) - 1 <= len(versions) + 2 * seen["running"]  # (live versions; results of tasks left)
+    assert seen["orphans"] == set() and "token" in seen["left"]
     assert not os.path.exists(seen["directory"])
 
 
@@ -312,6 +362,37 @@ def test_workers_that_do_not_see_the_run_s_shared_memory_get_their_tensors_throu
     sequential = fit(tmp_path / "seq", merging_fedasmu(), model=copy.deepcopy(model), **kwargs)
     on_ray = fit(tmp_path / "ray", merging_fedasmu(), RayExecutor(num_workers=2), model=model, **kwargs)
     assert seen["written"] == [] and seen["left"] == ["token"]
+    assert torch.equal(global_weights(on_ray), global_weights(sequential))
+
+
+class RemoveTheSharedFiles(Callback):
+    """At an event, removes every file of the run's shared-memory directory but its token (as systemd-logind's
+    ``RemoveIPC=yes`` does to a user's files at logout)."""
+
+    def __init__(self, executor, at_event):
+        self.executor, self.at_event, self.removed = executor, at_event, 0
+
+    def on_event_end(self, trainer):
+        files = self.executor._files
+        if trainer.simulator.events_processed == self.at_event and files is not None:
+            for name in os.listdir(files.directory):
+                if name != "token":
+                    os.unlink(os.path.join(files.directory, name))
+                    self.removed += 1
+
+
+@needs_shared_memory
+def test_files_removed_from_shared_memory_during_a_run_are_computed_again_through_ray_with_the_same_weights(
+    tmp_path, cluster
+):
+    """The tasks that were to read a removed file (a start model, a merge's effects, a result) start over from what
+    this process holds, through Ray from then on: same weights, nothing lost."""
+    kwargs, model = {"max_versions": 12}, BatchNormCNN()
+    sequential = fit(tmp_path / "seq", merging_fedasmu(), model=copy.deepcopy(model), **kwargs)
+    executor = RayExecutor(num_workers=2)
+    remove = RemoveTheSharedFiles(executor, at_event=12)
+    on_ray = fit(tmp_path / "ray", merging_fedasmu(), executor, model=model, callbacks=[remove], **kwargs)
+    assert remove.removed > 0 and on_ray.summary["executor"]["jobs_recomputed"] > 0
     assert torch.equal(global_weights(on_ray), global_weights(sequential))
 
 
@@ -938,11 +1019,19 @@ def test_a_merge_computed_here_from_a_job_state_gives_the_sequential_weights_and
         monkeypatch.setattr(wire, "SHARED_MEMORY", None)
     if route == "object store":
         monkeypatch.setattr(wire, "INLINE_BYTES", 0)
+    seen = run_files(RayExecutor, monkeypatch)
+    read, real_tensor = [], wire._Shared.tensor
+    monkeypatch.setattr(wire._Shared, "tensor", lambda shared: read.append(shared.taken) or real_tensor(shared))
     kwargs = {"max_versions": 12}
     model = BatchNormCNN()
     sequential = fit(tmp_path / "seq", merging_fedasmu(), model=copy.deepcopy(model), **kwargs)
     on_ray = fit(tmp_path / "ray", merging_fedasmu(), RayExecutor(num_workers=2), model=model, **kwargs)
     assert on_ray.summary["executor"]["merges_from_state"] > 0
+    taken = sum(taken for taken, _ in seen["written"])  # (a merge's effects, here: weights and merge jump)
+    if route == "shared memory":  # (the merges' effects went as files, the results came back as files)
+        assert taken >= 2 * on_ray.summary["executor"]["merges_from_state"] and sum(read) > 0
+    else:
+        assert seen["written"] == [] and read == []
     assert torch.equal(global_weights(on_ray), global_weights(sequential))  # (running statistics included)
     counts = [run.simulator.server.batches_tracked for run in (on_ray, sequential)]
     assert counts[1] is not None and torch.equal(counts[0], counts[1])

@@ -27,7 +27,7 @@ from lit_asyncfl.engines.base import generators_kept
 from lit_asyncfl.executors.ray.placement import _due, _Failed, _Shipped
 from lit_asyncfl.executors.ray.pool import _WorkerPool
 from lit_asyncfl.executors.ray.requests import _asks_server, _Requests
-from lit_asyncfl.executors.ray.wire import SharedFiles
+from lit_asyncfl.executors.ray.wire import SharedFiles, _Shared
 from lit_asyncfl.executors.ray.worker import _import_ray, _torch_settings, carried, detached
 
 log = logging.getLogger("lit_asyncfl")
@@ -192,7 +192,7 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
         self.stats: dict[str, float] = {}
         self._ray: Any = None
         self._workers: list[Any] = []
-        self._building: list[Any] = []
+        self._building: list[tuple[Any, Any]] = []
         self._files: SharedFiles | None = None
         self._reading: set[Any] = set()
         self._local: Any = None
@@ -279,7 +279,7 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
         self._running: dict[Any, _Shipped] = {}  # result ref -> task, for tasks placed on a worker and not received
         self._done: dict[int, ClientUpdate | _Failed] = {}  # received results, until their jobs are consumed
         self._versions: dict[int, Any] = {}  # id(a snapshot) -> its object ref, while the snapshot lives
-        self._shared_starts: dict[int, Any] = {}  # id(a snapshot) -> its file in shared memory, while it lives
+        self._shared_starts: dict[int, _Shared] = {}  # id(a snapshot) -> its file in shared memory, while it lives
         self._busy = [0] * n  # tasks placed on each worker and not received
         self._order = itertools.count()
         self._trained_here: set[int] = set()  # jobs this process trained (train_locally), until consumed

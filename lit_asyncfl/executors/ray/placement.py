@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import heapq
+import logging
 import math
 import time
 import weakref
@@ -22,6 +23,8 @@ from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generators_kept
 from lit_asyncfl.executors.ray.wire import INLINE_BYTES, SharedFiles, _dropped, _inline, _Shared, _Wire
 from lit_asyncfl.executors.ray.worker import _apply_torch_settings, _torch_settings
+
+log = logging.getLogger("lit_asyncfl")
 
 #: How many times a job whose worker died is recomputed on a new worker before the job fails.
 MAX_WORKER_FAILURES = 3
@@ -387,7 +390,8 @@ class _Placement:
 
     def _receive(self, shipped: _Shipped) -> None:
         """A placed task has finished: keep its results for their jobs; a dead worker is replaced and the task's
-        jobs are shipped again (the same jobs: the same result)."""
+        jobs are shipped again (the same jobs: the same result), as are those of a task that found a file of the run's
+        shared memory removed (:meth:`_vanished`)."""
         ray = self._ray
         self._built()  # (a worker's first result: its engine's build, not waited for at the start, is checked)
         self._busy[shipped.worker] -= 1
@@ -397,9 +401,12 @@ class _Placement:
         try:
             value, (seconds, cpu) = ray.get(shipped.ref)
         except ray.exceptions.RayTaskError as error:  # the job itself raised: raised when it is consumed
+            cause = error.cause if isinstance(getattr(error, "cause", None), Exception) else error
+            if self._vanished(cause):  # (a file it was to read was removed: nothing of the job ran)
+                self._again(shipped, jobs, starts, live, shipped.failures)
+                return
             if shipped.part in (1, 3) and not live:  # (its engine went back to the worker's spares)
                 return
-            cause = error.cause if isinstance(getattr(error, "cause", None), Exception) else error
             self._done.update((k, _Failed(cause)) for k in live)
             return
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:  # worker or node lost
@@ -411,15 +418,14 @@ class _Placement:
                 failure.__cause__ = error
                 self._done.update((k, _Failed(failure, lost=True)) for k in live)
                 return
-            self.stats["jobs_recomputed"] += len(live)
-            again = _Shipped(shipped.batch, shipped.key, shipped.failures + 1, jobs, starts)  # same task, same results
-            again.states, again.part, again.fresh = shipped.states, shipped.part, shipped.fresh
-            again.from_start = shipped.part == 3  # the part before the request went with the worker
-            if shipped.part == 2:  # the whole job, with the answer (its merge was learned from already)
-                again.part = 0
-            for k in live:
-                self._shipped[k] = again
-            heapq.heappush(self._waiting, (again.key, next(self._order), again))
+            self._again(shipped, jobs, starts, live, shipped.failures + 1)
+            return
+        try:
+            value = _read(value, shipped, live)  # (this process's copies of the tensors it sent back)
+        except FileNotFoundError as error:
+            if not self._vanished(error):
+                raise
+            self._again(shipped, jobs, starts, live, shipped.failures)
             return
         self.stats["worker_seconds"] += seconds
         self.stats["worker_cpu_seconds"] += cpu
@@ -429,10 +435,8 @@ class _Placement:
             if live:
                 self._parked[live[0]] = (shipped.worker, shipped.actor)
                 if value is not None:  # (its state at the request, for the merge's learning here)
-                    value.weights = value.weights.tensor()
                     self._points[live[0]] = value
             else:
-                _dropped(value)
                 shipped.actor.discard.remote(shipped.batch[0])
             return
         if shipped.part == 3:  # the merge went back; the rest waits, parked on the same worker, for its turn
@@ -445,13 +449,57 @@ class _Placement:
             self._rest(shipped, jobs, starts, shipped.worker, shipped.actor)
             return
         for k, (update, weights, results) in zip(shipped.batch, value if isinstance(value, list) else [value]):
-            if self._shipped.get(k) is not shipped:  # (cancelled: nobody reads its weights)
-                _dropped(weights)
+            if self._shipped.get(k) is not shipped:  # (cancelled)
                 continue
-            update.weights = weights.tensor()  # (a cohort's other jobs wait here, ready)
+            update.weights = weights  # (a cohort's other jobs wait here, ready)
             if shipped.part == 2 and shipped.merged is not None:  # (the merge's tensors it did not send back)
                 shipped.merged.taken_back(update)
             self._done[k] = (update, results)
+
+    def _again(
+        self,
+        shipped: _Shipped,
+        jobs: list[ClientJob] | None,
+        starts: list[Tensor] | None,
+        live: list[int],
+        failures: int,
+    ) -> None:
+        """Ship a task's live jobs again, as a new task (the same jobs: the same results): its worker died, or a file
+        it was to read in shared memory was removed (then whatever of the job is parked on the worker goes: the task
+        starts over from what this process holds)."""
+        if not self._cohort and shipped.actor is not None and self._workers[shipped.worker] is shipped.actor:
+            shipped.actor.discard.remote(shipped.batch[0])  # (a job parked there, if any: it starts over)
+        if not live:
+            return
+        self.stats["jobs_recomputed"] += len(live)
+        again = _Shipped(shipped.batch, shipped.key, failures, jobs, starts)  # same task, same results
+        again.states, again.part, again.fresh = shipped.states, shipped.part, shipped.fresh
+        again.from_start = shipped.part == 3  # the part before the request went with the worker
+        if shipped.part == 2:  # the whole job, with the answer (its merge was learned from already)
+            again.part = 0
+        for k in live:
+            self._shipped[k] = again
+        heapq.heappush(self._waiting, (again.key, next(self._order), again))
+
+    def _vanished(self, error: BaseException) -> bool:
+        """Whether an error is a file of the run's shared memory gone (removed by another program: systemd-logind's
+        ``RemoveIPC=yes`` removes a user's files there when their last session ends); then every later tensor goes
+        through Ray, said once by a warning."""
+        files = self._files
+        path = getattr(error, "filename", None)
+        if files is None or not isinstance(error, FileNotFoundError) or not str(path).startswith(files.directory):
+            return False
+        if not files.full:
+            log.warning(
+                "lit_asyncfl: the Ray executor's files in shared memory (%s) were removed during the run (by "
+                "systemd-logind's RemoveIPC=yes at a logout, or a cleaner): the tasks that were to read them are "
+                "computed again, and every tensor goes through Ray from now on (same results)",
+                files.directory,
+            )
+        files.full = True  # (no more files written here)
+        self._reading.clear()  # (nor read by the workers)
+        self._shared_starts.clear()
+        return True
 
     def _rest(self, merge: _Shipped, jobs: list[ClientJob], starts: list[Tensor], worker: int, actor: Any) -> None:
         """After a parked job's merge (its task ``merge``): the rest of the job waits, due at about its arrival (or
@@ -468,6 +516,26 @@ class _Placement:
 
     def _built(self) -> None:  # (RayExecutor's: it builds the workers' engines)
         raise NotImplementedError
+
+
+def _read(value: Any, shipped: _Shipped, live: list[int]) -> Any:
+    """A task's result with the tensors it sent back read (files in shared memory: read once, removed), and those
+    of its cancelled jobs dropped (their files removed); raises ``FileNotFoundError`` if a file is gone."""
+    if shipped.part == 1:
+        if value is not None and not live:
+            _dropped(value)
+        elif value is not None:
+            value.weights = value.weights.tensor()
+        return value
+    if shipped.part == 3:  # (what the merge taught: no tensor)
+        return value
+    results = value if isinstance(value, list) else [value]
+    mine = [shipped.batch[i] in live for i in range(len(results))]
+    for (_, weights, _), wanted in zip(results, mine):
+        if not wanted:
+            _dropped(weights)
+    read = [(u, w.tensor() if wanted else None, r) for (u, w, r), wanted in zip(results, mine)]
+    return read if isinstance(value, list) else read[0]
 
 
 def _pinned(shipped: _Shipped) -> bool:

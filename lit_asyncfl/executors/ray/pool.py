@@ -201,7 +201,8 @@ class _WorkerPool:
         self.stats["worker_restarts"] += 1
 
     def _stop_workers(self) -> None:
-        """The run's workers wait for the next run (``reuse_workers``) or end."""
+        """The run's workers wait for the next run (``reuse_workers``) or end; the run's directory in shared memory
+        is removed."""
         self._building, self._reading = [], set()
         if self._files is not None:  # (a task still on a worker finds it gone: its result is dropped anyway)
             self._files.remove()

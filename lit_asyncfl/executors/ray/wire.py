@@ -8,6 +8,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,11 @@ import torch
 from torch import Tensor
 
 from lit_asyncfl.core.update import ClientUpdate
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover (not Unix: no shared memory directory either)
+    fcntl = None  # type: ignore[assignment]
 
 
 @dataclass
@@ -159,12 +165,15 @@ class _Shared:
 
 class SharedFiles:
     """A run's directory in shared memory (:data:`SHARED_MEMORY`), through which the Ray workers on the simulation's
-    node and the simulation's process hand each other tensors: the start models, a merge's tensors and the workers'
-    results go as files, read and written with one copy each, where Ray would serialize them into a task (up to
-    ~1 ms of this process's time for a start model of 1.2 MB) or put them in its object store (a round trip through
-    its raylet, which waits for a core while both cores train: 2-4 ms a task on the worker). Workers on other nodes do
-    not see the directory (:meth:`open` checks a token written in it) and keep Ray's routes. A file that cannot be
-    written (shared memory full) goes through Ray as well.
+    node and the simulation's process hand each other tensors: a single job's start model, the server's answer to a
+    request, a merge's tensors and the workers' results go as files, read and written with one copy each, where Ray
+    would serialize them into a task (up to ~1 ms of this process's time for a start model of 1.2 MB) or put them in
+    its object store (a round trip through its raylet, which waits for a core while both cores train). Workers on
+    other nodes do not see the directory (:meth:`attach` checks a token written in it) and keep Ray's routes; so does
+    every tensor once a write failed (shared memory full: :meth:`write`). Each process names its files with a random
+    prefix of its own and creates them exclusively, so that processes whose ids coincide (containers sharing
+    ``/dev/shm``) never write the same file. The run's process holds a lock on the token file while the directory
+    lives: :meth:`create` removes the directories of runs whose process ended without removing theirs (killed).
 
     Example:
         >>> files = SharedFiles.create()
@@ -179,24 +188,37 @@ class SharedFiles:
 
     def __init__(self, directory: str, token: str) -> None:
         self.directory, self.token = directory, token
+        self.full = False  # a write failed: every later tensor goes through Ray
+        self._prefix = secrets.token_hex(6)
         self._names = itertools.count()
+        self._removal: Any = None  # (the creating process's: removes the directory once, at remove() or exit)
 
     @classmethod
     def create(cls) -> SharedFiles | None:
-        """A new directory in shared memory (``None`` where there is none: not Linux, or not writable)."""
-        if SHARED_MEMORY is None or not os.path.isdir(SHARED_MEMORY):
+        """A new directory in shared memory (``None`` where there is none: not Linux, or not writable), after removing
+        those that killed runs left."""
+        if SHARED_MEMORY is None or fcntl is None or not os.path.isdir(SHARED_MEMORY):
             return None
+        _remove_abandoned(SHARED_MEMORY)
+        directory = lock = None
         try:
-            directory = tempfile.mkdtemp(prefix="lit_asyncfl-", dir=SHARED_MEMORY)
+            directory = tempfile.mkdtemp(prefix=_PREFIX, dir=SHARED_MEMORY)
             token = secrets.token_hex(8)
-            with open(os.path.join(directory, "token"), "w") as file:
-                file.write(token)
+            lock = open(os.path.join(directory, "token-"), "w")  # (held open and locked for the run)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lock.write(token)
+            lock.flush()
+            os.rename(lock.name, os.path.join(directory, "token"))  # (seen by others only once locked)
         except OSError:
+            if directory is not None:
+                _remove(directory, lock)
             return None
-        return cls(directory, token)
+        files = cls(directory, token)
+        files._removal = weakref.finalize(files, _remove, directory, lock)  # (or at exit, if the run never stops)
+        return files
 
     @classmethod
-    def open(cls, at: tuple[str, str] | None) -> SharedFiles | None:
+    def attach(cls, at: tuple[str, str] | None) -> SharedFiles | None:
         """Another process's view of a directory made by :meth:`create` (``at``: its :attr:`at`), or ``None`` where
         this process does not see it (another node)."""
         if at is None:
@@ -211,25 +233,67 @@ class SharedFiles:
 
     @property
     def at(self) -> tuple[str, str]:
-        """The directory and its token (what :meth:`open` takes)."""
+        """The directory and its token (what :meth:`attach` takes)."""
         return self.directory, self.token
 
     def write(self, tensor: Tensor, taken: bool) -> _Shared | _Wire:
-        """The tensor in a file of its own (a :class:`_Wire` where it cannot be written: Ray's route)."""
+        """The tensor in a file of its own (a :class:`_Wire`, Ray's route, where it cannot be written: then every
+        later one too, rather than fill shared memory again at each task)."""
         wire = _Wire.of(tensor)
-        path = os.path.join(self.directory, f"{os.getpid()}-{next(self._names)}")
+        if self.full:
+            return wire
+        path = os.path.join(self.directory, f"{self._prefix}-{next(self._names)}")
         try:
-            with open(path, "wb") as file:
+            with open(path, "xb") as file:
                 file.write(memoryview(wire.data))
         except OSError:  # (shared memory full, or the run's directory gone: the run stopped)
+            self.full = True
             with contextlib.suppress(OSError):
                 os.unlink(path)
             return wire
         return _Shared(path, wire.dtype, wire.shape, taken)
 
     def remove(self) -> None:
-        """Remove the directory and every file left in it (the run is over)."""
-        shutil.rmtree(self.directory, ignore_errors=True)
+        """Remove the directory and every file left in it (the run is over; a file a worker writes meanwhile goes to
+        nowhere: the directory is renamed first)."""
+        if self._removal is not None:
+            self._removal()  # (once: a finalizer)
+        else:
+            _remove(self.directory)
+
+
+#: The names of the runs' directories in shared memory.
+_PREFIX = "lit_asyncfl-"
+
+
+def _remove(directory: str, lock: Any = None) -> None:
+    """Remove a run's directory: renamed first, so that no file is created in it meanwhile, then removed."""
+    gone = f"{directory}-removed"
+    try:
+        os.rename(directory, gone)
+    except OSError:
+        gone = directory
+    shutil.rmtree(gone, ignore_errors=True)
+    if lock is not None:
+        lock.close()
+
+
+def _remove_abandoned(shared_memory: str) -> None:
+    """Remove the directories of runs whose process is gone (killed: its lock on the token file went with it)."""
+    try:
+        names = [n for n in os.listdir(shared_memory) if n.startswith(_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        directory = os.path.join(shared_memory, name)
+        try:
+            with open(os.path.join(directory, "token")) as token:
+                fcntl.flock(token, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (held by a live run: BlockingIOError)
+        except FileNotFoundError:  # (a directory being removed, or being created: left alone)
+            continue
+        except OSError:
+            continue
+        _remove(directory)
 
 
 def _outgoing(tensor: Tensor, files: SharedFiles | None) -> _Wire | _Shared:

@@ -352,7 +352,7 @@ class _Worker:
         _apply_torch_settings(settings)
         self.unload()  # the previous run's engine goes first
         self.runner = _JobRunner(make_trainer(torch.device(device)))
-        self.files = SharedFiles.open(files)
+        self.files = SharedFiles.attach(files)
         return self.files is not None
 
     def unload(self) -> None:
@@ -399,9 +399,10 @@ class _Worker:
         is parked here); the rest of the job stays parked here, for :meth:`resume`."""
         began = self._begin()
         assert self.runner is not None
+        answer = _wire_fresh(fresh)  # (every argument read before the job's state changes: see wire.SharedFiles)
         if start:
             self.runner.first_part(job, _joined(start), states)
-        merged = self.runner.merge(job, _wire_fresh(fresh))
+        merged = self.runner.merge(job, answer)
         return merged, _took(began)
 
     def resume(self, job: ClientJob, merged: _Merged | None = None, *pieces: Any) -> tuple[Result, Took]:
