@@ -216,7 +216,7 @@ needs_shared_memory = pytest.mark.skipif(
 def test_tensors_handed_over_in_shared_memory_are_read_bit_for_bit_and_their_files_removed_by_their_reader():
     tensors = [torch.randn(60_001), torch.arange(5), torch.randn(3, 2).to(torch.bfloat16), torch.empty(0, 4),
                torch.tensor(2.5, dtype=torch.float64), torch.tensor([True, False])]  # fmt: skip
-    files = wire.SharedFiles.create()
+    files = wire._SharedFiles.create()
     assert files is not None and os.path.isdir(files.directory)
     try:
         taken = [files.write(t, taken=True) for t in tensors]
@@ -234,16 +234,16 @@ def test_tensors_handed_over_in_shared_memory_are_read_bit_for_bit_and_their_fil
         assert torch.equal(first, backs[0]) and torch.equal(second, backs[0]) and os.path.exists(kept.path)
         first.zero_()  # each read is its own tensor
         assert torch.equal(second, backs[0])
-        assert wire.SharedFiles.attach(files.at).directory == files.directory
-        assert wire.SharedFiles.attach((files.directory, "another node's token")) is None
-        assert wire.SharedFiles.attach(("/nonexistent/lit_asyncfl", files.token)) is None
-        assert wire.SharedFiles.attach(None) is None
+        assert wire._SharedFiles.attach(files.at).directory == files.directory
+        assert wire._SharedFiles.attach((files.directory, "another node's token")) is None
+        assert wire._SharedFiles.attach(("/nonexistent/lit_asyncfl", files.token)) is None
+        assert wire._SharedFiles.attach(None) is None
         dropped = files.write(tensors[1], taken=True)  # (a cancelled job's result: nobody reads it)
         wire._dropped([(object(), dropped, []), kept])
         assert not os.path.exists(dropped.path) and os.path.exists(kept.path)  # (only what its reader removes)
         kept.discard()
         assert os.listdir(files.directory) == ["token"]
-        other = wire.SharedFiles.attach(files.at)  # (another process: its names never meet these)
+        other = wire._SharedFiles.attach(files.at)  # (another process: its names never meet these)
         names = {files.write(tensors[1], taken=True).path for _ in range(3)}
         names |= {other.write(tensors[1], taken=True).path for _ in range(3)}
         assert len(names) == 6
@@ -268,10 +268,10 @@ def test_the_directory_a_killed_run_left_in_shared_memory_is_removed_by_the_next
     for name in ("token", "1f2e-0"):
         with open(os.path.join(killed, name), "w") as file:
             file.write("x")
-    live = wire.SharedFiles.create()
+    live = wire._SharedFiles.create()
     try:
         assert not os.path.exists(killed)
-        later = wire.SharedFiles.create()  # (another run while this one lives: its lock keeps its directory)
+        later = wire._SharedFiles.create()  # (another run while this one lives: its lock keeps its directory)
         assert os.path.exists(live.directory) and later.directory != live.directory
         later.remove()
     finally:
@@ -295,7 +295,7 @@ def run_files(executor_type, monkeypatch):
     (``left``) and those among them that nobody would read or remove (``orphans``: neither the token, nor a start
     model still held, nor a result of those tasks)."""
     seen = {"written": [], "left": None, "orphans": None, "directory": None}
-    real_write, real_stop = wire.SharedFiles.write, executor_type.stop
+    real_write, real_stop = wire._SharedFiles.write, executor_type.stop
 
     def write(files, tensor, taken):
         seen["written"].append((taken, tensor.clone()))
@@ -318,7 +318,7 @@ def run_files(executor_type, monkeypatch):
             seen["orphans"] = {os.path.join(directory, n) for n in seen["left"]} - held - results
         return real_stop(executor)
 
-    monkeypatch.setattr(wire.SharedFiles, "write", write)
+    monkeypatch.setattr(wire._SharedFiles, "write", write)
     monkeypatch.setattr(executor_type, "stop", stop)
     return seen
 
@@ -348,7 +348,7 @@ def test_workers_on_this_machine_get_each_start_model_once_through_shared_memory
 def test_workers_that_do_not_see_the_run_s_shared_memory_get_their_tensors_through_ray(tmp_path, cluster, monkeypatch):
     """A worker on another machine does not find the run's directory with its token: it says so when its engine is
     built, and its tasks' tensors (start models, merges, results) keep Ray's routes, with the same weights."""
-    real_create = wire.SharedFiles.create.__func__
+    real_create = wire._SharedFiles.create.__func__
 
     def elsewhere(cls):  # (the directory the workers are told of holds another token: as on another machine)
         files = real_create(cls)
@@ -356,7 +356,7 @@ def test_workers_that_do_not_see_the_run_s_shared_memory_get_their_tensors_throu
             file.write("another machine's")
         return files
 
-    monkeypatch.setattr(wire.SharedFiles, "create", classmethod(elsewhere))
+    monkeypatch.setattr(wire._SharedFiles, "create", classmethod(elsewhere))
     seen = run_files(RayExecutor, monkeypatch)
     kwargs, model = {"max_versions": 12}, BatchNormCNN()
     sequential = fit(tmp_path / "seq", merging_fedasmu(), model=copy.deepcopy(model), **kwargs)

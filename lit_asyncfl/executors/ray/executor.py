@@ -27,7 +27,7 @@ from lit_asyncfl.engines.base import generators_kept
 from lit_asyncfl.executors.ray.placement import _due, _Failed, _Shipped
 from lit_asyncfl.executors.ray.pool import _WorkerPool
 from lit_asyncfl.executors.ray.requests import _asks_server, _Requests
-from lit_asyncfl.executors.ray.wire import SharedFiles, _Shared
+from lit_asyncfl.executors.ray.wire import _Shared, _SharedFiles
 from lit_asyncfl.executors.ray.worker import _import_ray, _torch_settings, carried, detached
 
 log = logging.getLogger("lit_asyncfl")
@@ -193,7 +193,7 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
         self._ray: Any = None
         self._workers: list[Any] = []
         self._building: list[tuple[Any, Any]] = []
-        self._files: SharedFiles | None = None
+        self._files: _SharedFiles | None = None
         self._reading: set[Any] = set()
         self._local: Any = None
         self._ship_all = True

@@ -21,7 +21,7 @@ from torch import Tensor
 from lit_asyncfl.core.jobs import ExecutorError
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generators_kept
-from lit_asyncfl.executors.ray.wire import INLINE_BYTES, SharedFiles, _dropped, _inline, _Shared, _Wire
+from lit_asyncfl.executors.ray.wire import INLINE_BYTES, _dropped, _inline, _Shared, _SharedFiles, _Wire
 from lit_asyncfl.executors.ray.worker import _apply_torch_settings, _torch_settings
 
 log = logging.getLogger("lit_asyncfl")
@@ -92,7 +92,7 @@ class _Placement:
     _done: dict[int, ClientUpdate | _Failed]
     _versions: dict[int, Any]  # id(a start model) -> its object-store reference (None: sent inside a task once)
     _shared_starts: dict[int, _Shared]  # id(a start model) -> its file in shared memory (workers on this node)
-    _files: SharedFiles | None
+    _files: _SharedFiles | None
     _reading: set[Any]
     _busy: list[int]
     _order: Any
@@ -250,7 +250,7 @@ class _Placement:
         """Whether any job of a task is still wanted."""
         return any(self._shipped.get(k) is shipped for k in shipped.batch)
 
-    def _start_args(self, start: Tensor, files: SharedFiles | None = None) -> list[Any]:
+    def _start_args(self, start: Tensor, files: _SharedFiles | None = None) -> list[Any]:
         """A single job's start model (a global version's snapshot) as its task's last arguments: for a worker on
         this node (``files``), its file in shared memory (written once, for every job starting from it, and removed
         when the simulation lets go of the snapshot); else inside the task the first time a job starting from it is
@@ -592,14 +592,14 @@ def _forget_file(shared: dict[int, _Shared], key: int) -> None:
         file.discard()
 
 
-def _wired(fresh: tuple[Tensor, int] | None, files: SharedFiles | None = None) -> tuple[_Wire | _Shared, int] | None:
+def _wired(fresh: tuple[Tensor, int] | None, files: _SharedFiles | None = None) -> tuple[_Wire | _Shared, int] | None:
     """The server's answer to a job's request as its task carries it (in a file of ``files``, read once)."""
     if fresh is None:
         return None
     return (_Wire.of(fresh[0]) if files is None else files.write(fresh[0], taken=True)), fresh[1]
 
 
-def _wired_merge(merged: Any, files: SharedFiles | None = None) -> tuple[Any, list[Any]]:
+def _wired_merge(merged: Any, files: _SharedFiles | None = None) -> tuple[Any, list[Any]]:
     """What a merge computed here changed, its weights and the tensors it added to ``job_info`` (FedASMU's merge
     jump, as large as the model), as the rest's task carries them: files in shared memory (``files``: a worker on
     this node; read once), or stand-ins in it and their pieces for its last arguments (:func:`_inline`)."""

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from lit_asyncfl.core.jobs import ExecutorError
-from lit_asyncfl.executors.ray.wire import SharedFiles
+from lit_asyncfl.executors.ray.wire import _SharedFiles
 from lit_asyncfl.executors.ray.worker import _import_ray, _Worker
 
 #: The workers' runtime environment with ``train_locally`` (merged with the job's): they run at the priority of Ray's
@@ -88,7 +88,7 @@ class _WorkerPool:
     _pool_key: tuple[Any, float, float, bool]
     _trainer_ref: Any
     _building: list[tuple[Any, Any]]  # (worker, its engine build's reference), until _built waits for them
-    _files: SharedFiles | None  # the run's shared-memory directory (see wire.SharedFiles)
+    _files: _SharedFiles | None  # the run's shared-memory directory (see wire._SharedFiles)
     _reading: set[Any]  # the workers that see it: their tasks' tensors travel through it
     _worker_device: str
     _threads: int
@@ -123,7 +123,7 @@ class _WorkerPool:
         idle = _IDLE.setdefault(self._pool_key, [])
         self._free_idle(ray, n - len(idle))
         self._workers = [idle.pop() if idle else self._actor.remote() for _ in range(n)]
-        self._files = SharedFiles.create()
+        self._files = _SharedFiles.create()
         self._building = self._load_engines(self._workers)  # (waited for by _built, at the first result)
 
     def _free_idle(self, ray: Any, new: int) -> None:

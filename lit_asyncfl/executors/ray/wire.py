@@ -121,7 +121,7 @@ def _joined(parts: Sequence[Any]) -> Tensor:
     return _resolved(parts[0], parts[1:])
 
 
-def _portable(update: ClientUpdate, files: SharedFiles | None = None) -> tuple[ClientUpdate, _Wire | _Shared]:
+def _portable(update: ClientUpdate, files: _SharedFiles | None = None) -> tuple[ClientUpdate, _Wire | _Shared]:
     """The update as it travels back: its weights on the wire (in a file of ``files``, where the worker shares the
     simulation's node), without the start weights (the driver holds them)."""
     weights, update.weights, update.base_weights = update.weights, None, None  # type: ignore[assignment]
@@ -135,7 +135,7 @@ SHARED_MEMORY: str | None = "/dev/shm"
 
 @dataclass
 class _Shared:
-    """A tensor whose bytes wait in a file in shared memory (:class:`SharedFiles`) for a process on the same node:
+    """A tensor whose bytes wait in a file in shared memory (:class:`_SharedFiles`) for a process on the same node:
     its path, dtype and shape. ``taken``: the reader removes the file once read (a worker's result, a rest's merge);
     else the writer does (a start model that several tasks read)."""
 
@@ -163,7 +163,7 @@ class _Shared:
             os.unlink(self.path)
 
 
-class SharedFiles:
+class _SharedFiles:
     """A run's directory in shared memory (:data:`SHARED_MEMORY`), through which the Ray workers on the simulation's
     node and the simulation's process hand each other tensors: a single job's start model, the server's answer to a
     request, a merge's tensors and the workers' results go as files, read and written with one copy each, where Ray
@@ -176,7 +176,7 @@ class SharedFiles:
     lives: :meth:`create` removes the directories of runs whose process ended without removing theirs (killed).
 
     Example:
-        >>> files = SharedFiles.create()
+        >>> files = _SharedFiles.create()
         >>> shared = files.write(torch.arange(6.0).reshape(2, 3), taken=True)
         >>> shared.tensor()
         tensor([[0., 1., 2.],
@@ -194,7 +194,7 @@ class SharedFiles:
         self._removal: Any = None  # (the creating process's: removes the directory once, at remove() or exit)
 
     @classmethod
-    def create(cls) -> SharedFiles | None:
+    def create(cls) -> _SharedFiles | None:
         """A new directory in shared memory (``None`` where there is none: not Linux, or not writable), after removing
         those that killed runs left."""
         if SHARED_MEMORY is None or fcntl is None or not os.path.isdir(SHARED_MEMORY):
@@ -218,7 +218,7 @@ class SharedFiles:
         return files
 
     @classmethod
-    def attach(cls, at: tuple[str, str] | None) -> SharedFiles | None:
+    def attach(cls, at: tuple[str, str] | None) -> _SharedFiles | None:
         """Another process's view of a directory made by :meth:`create` (``at``: its :attr:`at`), or ``None`` where
         this process does not see it (another node)."""
         if at is None:
@@ -296,7 +296,7 @@ def _remove_abandoned(shared_memory: str) -> None:
         _remove(directory)
 
 
-def _outgoing(tensor: Tensor, files: SharedFiles | None) -> _Wire | _Shared:
+def _outgoing(tensor: Tensor, files: _SharedFiles | None) -> _Wire | _Shared:
     """A tensor a worker sends back: in a file of ``files`` (read and removed by the simulation's process), else on
     Ray's wire."""
     return _Wire.of(tensor) if files is None else files.write(tensor, taken=True)

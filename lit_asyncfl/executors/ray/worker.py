@@ -14,7 +14,7 @@ from torch import Tensor
 
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generator_state, restore_generators
-from lit_asyncfl.executors.ray.wire import SharedFiles, _joined, _outgoing, _portable, _resolved, _Shared, _Slot, _Wire
+from lit_asyncfl.executors.ray.wire import _joined, _outgoing, _portable, _resolved, _Shared, _SharedFiles, _Slot, _Wire
 
 
 def ray_available() -> bool:
@@ -336,7 +336,7 @@ class _Worker:
 
     def __init__(self) -> None:
         self.runner: _JobRunner | None = None
-        self.files: SharedFiles | None = None  # the run's shared-memory directory, where this worker sees it
+        self.files: _SharedFiles | None = None  # the run's shared-memory directory, where this worker sees it
 
     def load(
         self,
@@ -347,12 +347,12 @@ class _Worker:
         files: tuple[str, str] | None = None,
     ) -> bool:
         """Build the run's engine; whether this worker sees the run's shared-memory directory (``files``:
-        :attr:`SharedFiles.at`), through which its tensors then travel."""
+        :attr:`_SharedFiles.at`), through which its tensors then travel."""
         torch.set_num_threads(num_threads)
         _apply_torch_settings(settings)
         self.unload()  # the previous run's engine goes first
         self.runner = _JobRunner(make_trainer(torch.device(device)))
-        self.files = SharedFiles.attach(files)
+        self.files = _SharedFiles.attach(files)
         return self.files is not None
 
     def unload(self) -> None:
@@ -399,7 +399,7 @@ class _Worker:
         is parked here); the rest of the job stays parked here, for :meth:`resume`."""
         began = self._begin()
         assert self.runner is not None
-        answer = _wire_fresh(fresh)  # (every argument read before the job's state changes: see wire.SharedFiles)
+        answer = _wire_fresh(fresh)  # (every argument read before the job's state changes: see wire._SharedFiles)
         if start:
             self.runner.first_part(job, _joined(start), states)
         merged = self.runner.merge(job, answer)
