@@ -21,7 +21,7 @@ from torch import Tensor
 from lit_asyncfl.core.jobs import ExecutorError
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generators_kept
-from lit_asyncfl.executors.ray.wire import INLINE_BYTES, _dropped, _inline, _Shared, _SharedFiles, _Wire
+from lit_asyncfl.executors.ray.wire import INLINE_BYTES, _dropped, _inline, _read_once, _Shared, _SharedFiles, _Wire
 from lit_asyncfl.executors.ray.worker import _apply_torch_settings, _torch_settings
 
 log = logging.getLogger("lit_asyncfl")
@@ -521,20 +521,16 @@ class _Placement:
 def _read(value: Any, shipped: _Shipped, live: list[int]) -> Any:
     """A task's result with the tensors it sent back read (files in shared memory: read once, removed), and those
     of its cancelled jobs dropped (their files removed); raises ``FileNotFoundError`` if a file is gone."""
-    if shipped.part == 1:
-        if value is not None and not live:
-            _dropped(value)
-        elif value is not None:
-            value.weights = value.weights.tensor()
+    if shipped.part == 3 or value is None:  # (what a merge taught: no tensor; a state that cannot be read)
         return value
-    if shipped.part == 3:  # (what the merge taught: no tensor)
+    if shipped.part == 1:  # (a job's state at its request)
+        value.weights = value.weights.tensor() if live else _dropped(value.weights)  # (None: nobody reads it)
         return value
     results = value if isinstance(value, list) else [value]
-    mine = [shipped.batch[i] in live for i in range(len(results))]
-    for (_, weights, _), wanted in zip(results, mine):
-        if not wanted:
-            _dropped(weights)
-    read = [(u, w.tensor() if wanted else None, r) for (u, w, r), wanted in zip(results, mine)]
+    read = [  # (a cancelled job's weights: None, their file removed)
+        (update, weights.tensor() if k in live else _dropped(weights), taught)
+        for k, (update, weights, taught) in zip(shipped.batch, results)
+    ]
     return read if isinstance(value, list) else read[0]
 
 
@@ -594,9 +590,7 @@ def _forget_file(shared: dict[int, _Shared], key: int) -> None:
 
 def _wired(fresh: tuple[Tensor, int] | None, files: _SharedFiles | None = None) -> tuple[_Wire | _Shared, int] | None:
     """The server's answer to a job's request as its task carries it (in a file of ``files``, read once)."""
-    if fresh is None:
-        return None
-    return (_Wire.of(fresh[0]) if files is None else files.write(fresh[0], taken=True)), fresh[1]
+    return None if fresh is None else (_read_once(fresh[0], files), fresh[1])
 
 
 def _wired_merge(merged: Any, files: _SharedFiles | None = None) -> tuple[Any, list[Any]]:
@@ -608,8 +602,8 @@ def _wired_merge(merged: Any, files: _SharedFiles | None = None) -> tuple[Any, l
     merged = copy.copy(merged)
     keys = [k for k, v in merged.info.items() if isinstance(v, Tensor)]
     if files is not None:
-        merged.weights = files.write(merged.weights, taken=True)
-        merged.info = {**merged.info, **{k: files.write(merged.info[k], taken=True) for k in keys}}
+        merged.weights = _read_once(merged.weights, files)
+        merged.info = {**merged.info, **{k: _read_once(merged.info[k], files) for k in keys}}
         return merged, []
     stand_ins, pieces = _inline([merged.weights, *(merged.info[k] for k in keys)])
     merged.weights = stand_ins[0]

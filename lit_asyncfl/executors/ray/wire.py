@@ -125,7 +125,7 @@ def _portable(update: ClientUpdate, files: _SharedFiles | None = None) -> tuple[
     """The update as it travels back: its weights on the wire (in a file of ``files``, where the worker shares the
     simulation's node), without the start weights (the driver holds them)."""
     weights, update.weights, update.base_weights = update.weights, None, None  # type: ignore[assignment]
-    return update, _outgoing(weights, files)
+    return update, _read_once(weights, files)
 
 
 #: Where processes on one node hand each other tensors as files (Linux's shared memory, a tmpfs); ``None``: nowhere
@@ -288,17 +288,15 @@ def _remove_abandoned(shared_memory: str) -> None:
         directory = os.path.join(shared_memory, name)
         try:
             with open(os.path.join(directory, "token")) as token:
-                fcntl.flock(token, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (held by a live run: BlockingIOError)
-        except FileNotFoundError:  # (a directory being removed, or being created: left alone)
-            continue
-        except OSError:
+                fcntl.flock(token, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # (held: BlockingIOError; being created or removed: no token file; left alone)
             continue
         _remove(directory)
 
 
-def _outgoing(tensor: Tensor, files: _SharedFiles | None) -> _Wire | _Shared:
-    """A tensor a worker sends back: in a file of ``files`` (read and removed by the simulation's process), else on
-    Ray's wire."""
+def _read_once(tensor: Tensor, files: _SharedFiles | None) -> _Wire | _Shared:
+    """A tensor the other process reads once (a worker's result, the server's answer, a merge's tensors): in a file
+    of ``files``, which its reader removes, else on Ray's wire."""
     return _Wire.of(tensor) if files is None else files.write(tensor, taken=True)
 
 
@@ -310,5 +308,3 @@ def _dropped(value: Any) -> None:
     elif isinstance(value, (list, tuple)):
         for item in value:
             _dropped(item)
-    elif hasattr(value, "weights"):  # (a job's state at its request)
-        _dropped(value.weights)

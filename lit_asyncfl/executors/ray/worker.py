@@ -14,7 +14,16 @@ from torch import Tensor
 
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generator_state, restore_generators
-from lit_asyncfl.executors.ray.wire import _joined, _outgoing, _portable, _resolved, _Shared, _SharedFiles, _Slot, _Wire
+from lit_asyncfl.executors.ray.wire import (
+    _joined,
+    _portable,
+    _read_once,
+    _resolved,
+    _Shared,
+    _SharedFiles,
+    _Slot,
+    _Wire,
+)
 
 
 def ray_available() -> bool:
@@ -385,7 +394,7 @@ class _Worker:
         point = self.runner.first_part(job, _joined(start), states)
         if point is not None:  # (a copy: the parked job keeps its own)
             point = copy.copy(point)
-            point.weights = _outgoing(point.weights, self.files)  # type: ignore[assignment]
+            point.weights = _read_once(point.weights, self.files)  # type: ignore[assignment]
         return point, _took(began)
 
     def merge(
