@@ -25,7 +25,7 @@ from lit_asyncfl.callbacks import Callback  # noqa: E402
 from lit_asyncfl.client.ray_executor import RayExecutor  # noqa: E402
 from lit_asyncfl.core.simulator import ExecutorError  # noqa: E402
 from lit_asyncfl.data import DigitsDataModule  # noqa: E402
-from lit_asyncfl.executors.ray import placement, wire  # noqa: E402
+from lit_asyncfl.executors.ray import pipe, placement, wire  # noqa: E402
 from lit_asyncfl.executors.ray.wire import _Wire  # noqa: E402
 from lit_asyncfl.mobility import MobileEdgeDevices  # noqa: E402
 from lit_asyncfl.models import ClassificationModule, LeNet5  # noqa: E402
@@ -303,18 +303,23 @@ def run_files(executor_type, monkeypatch):
 
     def stop(executor):
         if executor._files is not None and seen["left"] is None:
-            refs = list(executor._running)
-            ray.wait(refs, num_returns=len(refs), timeout=60)
+            refs = list(executor._running)  # (Ray's, and tasks through the workers' sockets: pipe._Call)
+            calls = [ref for ref in refs if isinstance(ref, pipe._Call)]
+            while not all(call.done for call in calls):
+                pipe._finished(calls, block=True)
+            rays = [ref for ref in refs if not isinstance(ref, pipe._Call)]
+            ray.wait(rays, num_returns=len(rays), timeout=60)
             results = set()
             for ref in refs:
                 try:
-                    value = ray.get(ref)[0]
-                except ray.exceptions.RayError:  # (a task that raised wrote nothing)
+                    value = ref.result()[0] if isinstance(ref, pipe._Call) else ray.get(ref)[0]
+                except Exception:  # (a task that raised wrote nothing)
                     continue
                 results |= shared_paths(value)
             seen["directory"] = directory = executor._files.directory
             seen["left"] = sorted(os.listdir(directory))
             held = {os.path.join(directory, "token")} | {f.path for f in executor._shared_starts.values()}
+            held |= set(executor._sockets.values())  # (the workers' sockets, removed with the directory)
             seen["orphans"] = {os.path.join(directory, n) for n in seen["left"]} - held - results
         return real_stop(executor)
 
@@ -1227,3 +1232,46 @@ def test_the_workers_get_the_job_runtime_env_variables_the_executor_also_sets(tm
     executor.start(lambda device: None, torch.device("cpu"))
     executor.stop()
     assert seen == [{"env_vars": {}}]
+
+
+class _Picky(Exception):
+    """An exception that pickles but cannot be unpickled (its class takes two arguments, its args hold one)."""
+
+    def __init__(self, a, b):
+        super().__init__(f"{a}{b}")
+
+
+def test_a_pipe_runs_tasks_in_order_and_loses_those_of_a_worker_that_went(tmp_path):
+    """Tasks through a worker's socket run one at a time in the order they came; an error comes back as the error
+    (one that cannot be unpickled as a RuntimeError naming it); a worker that closes its end loses every task still
+    out (pipe._Lost), which the executor treats as a dead worker's."""
+    ran = []
+
+    def run(method, args):
+        ran.append(args[0])
+        if method == "fail":
+            raise ValueError(f"job {args[0]} raised")
+        if method == "picky":
+            raise _Picky("x", "y")
+        if method == "slow":
+            time.sleep(0.2)
+        return args[0] * 10
+
+    path = str(tmp_path / "w.sock")
+    server = pipe._Server(path, run)
+    end = pipe._Pipe(path)
+    calls = [end.call("add", 1), end.call("fail", 2), end.call("picky", 3), end.call("add", 4)]
+    while not all(call.done for call in calls):
+        pipe._finished(calls, block=True)
+    assert ran == [1, 2, 3, 4] and calls[0].result() == 10 and calls[3].result() == 40
+    with pytest.raises(ValueError, match="job 2 raised"):
+        calls[1].result()
+    with pytest.raises(RuntimeError, match="_Picky: xy"):
+        calls[2].result()
+    slow, later = end.call("slow", 5), end.call("add", 6)
+    time.sleep(0.05)
+    server.close(wait=False)  # (the worker's process ends: its socket closes)
+    while not (slow.done and later.done):
+        pipe._finished([slow, later], block=True)
+    assert isinstance(later.error, pipe._Lost) and end.closed
+    assert end.call("add", 7).done  # (lost at once)

@@ -195,6 +195,8 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
         self._building: list[tuple[Any, Any]] = []
         self._files: _SharedFiles | None = None
         self._reading: set[Any] = set()
+        self._pipes: dict[Any, Any] = {}
+        self._sockets: dict[Any, str] = {}
         self._local: Any = None
         self._ship_all = True
         self._cohort = False
@@ -378,12 +380,12 @@ class RayExecutor(_WorkerPool, _Requests):  # (the pool first: its _replace_work
             if shipped.worker < 0:
                 self._here.discard(job_id)
             else:
-                shipped.actor.discard.remote(job_id)
+                self._tell(shipped.actor, "discard", job_id)
         worker, actor = self._parked.pop(job_id, (None, None))
         if worker is not None and worker < 0:
             self._here.discard(job_id)
         elif actor is not None:
-            actor.discard.remote(job_id)
+            self._tell(actor, "discard", job_id)
         if shipped is None and entry is not None:
             self._queue = [(t, k) for t, k in self._queue if k != job_id]
             heapq.heapify(self._queue)

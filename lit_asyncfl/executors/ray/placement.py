@@ -9,6 +9,7 @@ import copy
 import heapq
 import logging
 import math
+import select
 import time
 import weakref
 from collections.abc import Iterator
@@ -21,8 +22,9 @@ from torch import Tensor
 from lit_asyncfl.core.jobs import ExecutorError
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generators_kept
+from lit_asyncfl.executors.ray.pipe import _Call, _finished, _Lost, _Pipe
 from lit_asyncfl.executors.ray.wire import INLINE_BYTES, _dropped, _inline, _read_once, _Shared, _SharedFiles, _Wire
-from lit_asyncfl.executors.ray.worker import _apply_torch_settings, _torch_settings
+from lit_asyncfl.executors.ray.worker import Took, _apply_torch_settings, _torch_settings
 
 log = logging.getLogger("lit_asyncfl")
 
@@ -94,6 +96,7 @@ class _Placement:
     _shared_starts: dict[int, _Shared]  # id(a start model) -> its file in shared memory (workers on this node)
     _files: _SharedFiles | None
     _reading: set[Any]
+    _pipes: dict[Any, _Pipe]  # worker -> its socket, where tasks go to it (workers on this node)
     _busy: list[int]
     _order: Any
     _trained_here: set[int]
@@ -199,20 +202,21 @@ class _Placement:
             jobs, starts = shipped.jobs, shipped.starts  # (a cohort trains whole, cancelled jobs too: same results)
             actor = self._workers[worker]
             files = self._files if actor in self._reading else None  # (a worker on this node: through shared memory)
+            inline = actor in self._pipes  # (a task through a socket carries every tensor it does not find in a file)
             if self._cohort:
-                shipped.ref = actor.train_many.remote(jobs, *map(self._start_ref, starts))
+                shipped.ref = self._call(actor, "train_many", jobs, *map(self._start_ref, starts))
             elif shipped.part == 1:
-                shipped.ref = actor.first_part.remote(jobs[0], shipped.states, *self._start_args(starts[0], files))
+                start = self._start_args(starts[0], files, inline)
+                shipped.ref = self._call(actor, "first_part", jobs[0], shipped.states, *start)
             elif shipped.part == 3:  # (from the start: a job parked nowhere, see _merge)
-                first = (shipped.states, *self._start_args(starts[0], files)) if shipped.from_start else ()
-                shipped.ref = actor.merge.remote(jobs[0], _wired(shipped.fresh, files), *first)
+                first = (shipped.states, *self._start_args(starts[0], files, inline)) if shipped.from_start else ()
+                shipped.ref = self._call(actor, "merge", jobs[0], _wired(shipped.fresh, files), *first)
             elif shipped.part == 2:
                 merged, pieces = _wired_merge(shipped.merged, files)
-                shipped.ref = actor.resume.remote(jobs[0], merged, *pieces)
+                shipped.ref = self._call(actor, "resume", jobs[0], merged, *pieces)
             else:
-                shipped.ref = actor.train.remote(
-                    jobs[0], shipped.states, _wired(shipped.fresh, files), *self._start_args(starts[0], files)
-                )
+                start = self._start_args(starts[0], files, inline)
+                shipped.ref = self._call(actor, "train", jobs[0], shipped.states, _wired(shipped.fresh, files), *start)
             shipped.worker, shipped.actor = worker, actor
             self._running[shipped.ref] = shipped
             self._busy[worker] += 1
@@ -236,7 +240,7 @@ class _Placement:
         """Receive every task that has finished, without waiting; whether any was received."""
         if not self._running:
             return False
-        finished, _ = self._ray.wait(list(self._running), num_returns=len(self._running), timeout=0)
+        finished = self._finished(block=False)
         for ref in finished:
             self._receive(self._running.pop(ref))
         return bool(finished)
@@ -250,7 +254,35 @@ class _Placement:
         """Whether any job of a task is still wanted."""
         return any(self._shipped.get(k) is shipped for k in shipped.batch)
 
-    def _start_args(self, start: Tensor, files: _SharedFiles | None = None) -> list[Any]:
+    def _call(self, actor: Any, method: str, *args: Any) -> Any:
+        """Give a worker a task (its method with ``args``): through its socket where it has one, else as a Ray actor
+        call; the task's reference (a :class:`~lit_asyncfl.executors.ray.pipe._Call`, or Ray's)."""
+        pipe = self._pipes.get(actor)
+        return pipe.call(method, *args) if pipe is not None else getattr(actor, method).remote(*args)
+
+    def _tell(self, actor: Any, method: str, *args: Any) -> None:
+        """Give a worker a task whose result nobody reads (in order with its others)."""
+        pipe = self._pipes.get(actor)
+        if pipe is not None:
+            pipe.tell(method, *args)
+        else:
+            getattr(actor, method).remote(*args)
+
+    def _finished(self, block: bool) -> list[Any]:
+        """The tasks on workers that finished (``block``: waiting for one): their sockets' and Ray's alike."""
+        calls = [ref for ref in self._running if isinstance(ref, _Call)]
+        refs = [ref for ref in self._running if not isinstance(ref, _Call)]
+        if not refs:
+            return list(_finished(calls, block))
+        if not calls:
+            return self._ray.wait(refs, num_returns=1 if block else len(refs), timeout=None if block else 0)[0]
+        while True:  # (both: tasks that left before every worker's socket was known)
+            done = [*_finished(calls, block=False), *self._ray.wait(refs, num_returns=len(refs), timeout=0)[0]]
+            if done or not block:
+                return done
+            select.select([call.pipe for call in calls if not call.pipe.closed], [], [], 0.002)
+
+    def _start_args(self, start: Tensor, files: _SharedFiles | None = None, inline: bool = False) -> list[Any]:
         """A single job's start model (a global version's snapshot) as its task's last arguments: for a worker on
         this node (``files``), its file in shared memory (written once, for every job starting from it, and removed
         when the simulation lets go of the snapshot); else inside the task the first time a job starting from it is
@@ -269,6 +301,8 @@ class _Placement:
                     weakref.finalize(start, _forget_file, self._shared_starts, key)
             if shared is not None:
                 return [shared]
+        if inline:
+            return [_Wire.of(start)]
         if key not in self._versions and start.numel() * start.element_size() <= INLINE_BYTES:
             self._versions[key] = None  # (sent once: a later job starting from it reads the object store's copy)
             weakref.finalize(start, self._versions.pop, key, None)
@@ -290,7 +324,6 @@ class _Placement:
         """Wait for a shipped job's result (``parked``: or for its first part to be parked; ``merged``: or for what
         its merge taught, then returned), receiving every other task that finishes meanwhile (its worker gets the
         next waiting task at once)."""
-        ray = self._ray
         while job_id not in self._done and not (
             (parked and job_id in self._parked) or (merged and job_id in self._merged)
         ):
@@ -315,7 +348,7 @@ class _Placement:
                     f"the Ray executor has no task on a worker that could give job {job_id}'s result (was it stopped?)"
                 )
             began = time.perf_counter()
-            finished, _ = ray.wait(list(self._running), num_returns=1)
+            finished = self._finished(block=True)
             self.stats["wait_seconds"] += time.perf_counter() - began
             for ref in finished:
                 self._receive(self._running.pop(ref))
@@ -398,28 +431,27 @@ class _Placement:
         steps, trained = _steps(shipped), _trained_steps(shipped)
         jobs, starts, shipped.jobs, shipped.starts = shipped.jobs, shipped.starts, None, None
         live = [k for k in shipped.batch if self._shipped.get(k) is shipped]  # (not the cancelled ones)
-        try:
-            value, (seconds, cpu) = ray.get(shipped.ref)
-        except ray.exceptions.RayTaskError as error:  # the job itself raised: raised when it is consumed
-            cause = error.cause if isinstance(getattr(error, "cause", None), Exception) else error
-            if self._vanished(cause):  # (a file it was to read was removed: nothing of the job ran)
+        value, took, raised, lost = _outcome(ray, shipped.ref)
+        if raised is not None:  # the job itself raised: raised when it is consumed
+            if self._vanished(raised):  # (a file it was to read was removed: nothing of the job ran)
                 self._again(shipped, jobs, starts, live, shipped.failures)
                 return
             if shipped.part in (1, 3) and not live:  # (its engine went back to the worker's spares)
                 return
-            self._done.update((k, _Failed(cause)) for k in live)
+            self._done.update((k, _Failed(raised)) for k in live)
             return
-        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:  # worker or node lost
+        if lost is not None:  # worker or node lost
             self._replace_worker(shipped.worker, shipped.actor)
             if not live:
                 return
             if shipped.failures + 1 >= MAX_WORKER_FAILURES:
                 failure = RuntimeError(f"a Ray worker died {MAX_WORKER_FAILURES} times computing job {live[0]}")
-                failure.__cause__ = error
+                failure.__cause__ = lost
                 self._done.update((k, _Failed(failure, lost=True)) for k in live)
                 return
             self._again(shipped, jobs, starts, live, shipped.failures + 1)
             return
+        seconds, cpu = took
         try:
             value = _read(value, shipped, live)  # (this process's copies of the tensors it sent back)
         except FileNotFoundError as error:
@@ -437,11 +469,11 @@ class _Placement:
                 if value is not None:  # (its state at the request, for the merge's learning here)
                     self._points[live[0]] = value
             else:
-                shipped.actor.discard.remote(shipped.batch[0])
+                self._tell(shipped.actor, "discard", shipped.batch[0])
             return
         if shipped.part == 3:  # the merge went back; the rest waits, parked on the same worker, for its turn
             if not live:
-                shipped.actor.discard.remote(shipped.batch[0])
+                self._tell(shipped.actor, "discard", shipped.batch[0])
                 return
             self._merged[live[0]] = value
             self.stats["merges_on_workers"] += shipped.fresh is not None
@@ -468,7 +500,7 @@ class _Placement:
         it was to read in shared memory was removed (then whatever of the job is parked on the worker goes: the task
         starts over from what this process holds)."""
         if not self._cohort and shipped.actor is not None and self._workers[shipped.worker] is shipped.actor:
-            shipped.actor.discard.remote(shipped.batch[0])  # (a job parked there, if any: it starts over)
+            self._tell(shipped.actor, "discard", shipped.batch[0])  # (a job parked there, if any: it starts over)
         if not live:
             return
         self.stats["jobs_recomputed"] += len(live)
@@ -516,6 +548,25 @@ class _Placement:
 
     def _built(self) -> None:  # (RayExecutor's: it builds the workers' engines)
         raise NotImplementedError
+
+
+def _outcome(ray: Any, ref: Any) -> tuple[Any, Took, BaseException | None, BaseException | None]:
+    """A finished task's result and its wall and CPU seconds, or what the job raised, or the worker's loss (its
+    process or node ended)."""
+    if isinstance(ref, _Call):
+        if isinstance(ref.error, _Lost):
+            return None, (0.0, 0.0), None, ref.error
+        if ref.error is not None:
+            return None, (0.0, 0.0), ref.error, None
+        value, took = ref.value
+        return value, took, None, None
+    try:
+        value, took = ray.get(ref)
+    except ray.exceptions.RayTaskError as error:
+        return None, (0.0, 0.0), error.cause if isinstance(getattr(error, "cause", None), Exception) else error, None
+    except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
+        return None, (0.0, 0.0), None, error
+    return value, took, None, None
 
 
 def _read(value: Any, shipped: _Shipped, live: list[int]) -> Any:

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from lit_asyncfl.core.jobs import ExecutorError
+from lit_asyncfl.executors.ray.pipe import _Pipe
 from lit_asyncfl.executors.ray.wire import _SharedFiles
 from lit_asyncfl.executors.ray.worker import _import_ray, _Worker
 
@@ -90,6 +91,9 @@ class _WorkerPool:
     _building: list[tuple[Any, Any]]  # (worker, its engine build's reference), until _built waits for them
     _files: _SharedFiles | None  # the run's shared-memory directory (see wire._SharedFiles)
     _reading: set[Any]  # the workers that see it: their tasks' tensors travel through it
+    _pipes: dict[Any, _Pipe]  # the workers whose tasks go through their sockets (see executors.ray.pipe)
+    _sockets: dict[Any, str]  # each such worker's socket, until every worker of the run is known to have one
+    _cohort: bool
     _worker_device: str
     _threads: int
     _settings: dict[str, Any]
@@ -164,6 +168,18 @@ class _WorkerPool:
         so."""
         building, self._building = self._building, []
         self._wait_for_builds(building, died_is_replaced=True)
+        if building:
+            self._connect()
+
+    def _connect(self) -> None:
+        """Once every worker of the run said where its socket is (they share this node), their tasks go through
+        their sockets (:mod:`~lit_asyncfl.executors.ray.pipe`); a run with a worker elsewhere keeps Ray's calls (its
+        waits would otherwise poll both), as does a cohort run (its start models go through the object store)."""
+        if self._cohort or not all(worker in self._sockets for worker in self._workers):
+            return
+        for worker in self._workers:
+            if worker not in self._pipes:
+                self._pipes[worker] = _Pipe(self._sockets[worker])
 
     def _wait_for_builds(
         self, builds: list[tuple[Any, Any]], died_is_replaced: bool, what: str = "a Ray worker"
@@ -175,8 +191,10 @@ class _WorkerPool:
         ray = self._ray
         for worker, build in builds:
             try:
-                if ray.get(build):
+                path = ray.get(build)
+                if path:
                     self._reading.add(worker)
+                    self._sockets[worker] = path
             except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
                 if died_is_replaced and not isinstance(error, ray.exceptions.RayTaskError):  # (the worker died)
                     continue
@@ -197,13 +215,22 @@ class _WorkerPool:
             return
         _kill(self._ray, actor)
         self._reading.discard(actor)
+        self._sockets.pop(actor, None)
+        pipe = self._pipes.pop(actor, None)
+        if pipe is not None:
+            pipe.close()
         self._workers[index] = self._new_worker()
+        if pipe is not None:  # (the others' tasks go through their sockets: the new one's too, where it has one)
+            self._connect()
         self.stats["worker_restarts"] += 1
 
     def _stop_workers(self) -> None:
         """The run's workers wait for the next run (``reuse_workers``) or end; the run's directory in shared memory
         is removed."""
-        self._building, self._reading = [], set()
+        self._building, self._reading, self._sockets = [], set(), {}
+        for pipe in self._pipes.values():  # (a worker finishes the task it computes, if any, and drops the others)
+            pipe.close()
+        self._pipes = {}
         if self._files is not None:  # (a task still on a worker finds it gone: its result is dropped anyway)
             self._files.remove()
             self._files = None

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import os
+import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -14,6 +18,7 @@ from torch import Tensor
 
 from lit_asyncfl.core.update import ClientJob, ClientUpdate
 from lit_asyncfl.engines.base import generator_state, restore_generators
+from lit_asyncfl.executors.ray.pipe import _Server
 from lit_asyncfl.executors.ray.wire import (
     _joined,
     _portable,
@@ -339,13 +344,28 @@ def _wire_fresh(fresh: tuple[_Wire | _Shared, int] | None) -> tuple[Tensor, int]
     return None if fresh is None else (fresh[0].tensor(), fresh[1])
 
 
+def _one_at_a_time(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A worker's task: run alone (Ray's thread and the pipe's take turns, see :class:`_Worker`)."""
+
+    @functools.wraps(method)
+    def alone(self: _Worker, *args: Any) -> Any:
+        with self._lock:
+            return method(self, *args)
+
+    return alone
+
+
 class _Worker:
     """A Ray actor: builds a run's engine once (the module copy and every client's data stay resident) and trains
-    the jobs sent to it (a :class:`_JobRunner`)."""
+    the jobs sent to it (a :class:`_JobRunner`). Where it sees the run's shared-memory directory it also takes tasks
+    through a socket there (:mod:`~lit_asyncfl.executors.ray.pipe`), on a thread of its own: a lock runs one task at a
+    time, whichever way it came, and a task of a run that ended never runs."""
 
     def __init__(self) -> None:
         self.runner: _JobRunner | None = None
         self.files: _SharedFiles | None = None  # the run's shared-memory directory, where this worker sees it
+        self._lock = threading.Lock()
+        self._server: _Server | None = None
 
     def load(
         self,
@@ -354,23 +374,37 @@ class _Worker:
         num_threads: int,
         settings: dict[str, Any],
         files: tuple[str, str] | None = None,
-    ) -> bool:
-        """Build the run's engine; whether this worker sees the run's shared-memory directory (``files``:
-        :attr:`_SharedFiles.at`), through which its tensors then travel."""
-        torch.set_num_threads(num_threads)
-        _apply_torch_settings(settings)
+    ) -> str | None:
+        """Build the run's engine; where this worker sees the run's shared-memory directory (``files``:
+        :attr:`_SharedFiles.at`), through which its tensors then travel, the path of the socket it takes tasks on
+        (else ``None``)."""
         self.unload()  # the previous run's engine goes first
-        self.runner = _JobRunner(make_trainer(torch.device(device)))
-        self.files = _SharedFiles.attach(files)
-        return self.files is not None
+        with self._lock:
+            torch.set_num_threads(num_threads)
+            _apply_torch_settings(settings)
+            self.runner = _JobRunner(make_trainer(torch.device(device)))
+            self.files = _SharedFiles.attach(files)
+            if self.files is None:
+                return None
+            path = os.path.join(self.files.directory, f"{secrets.token_hex(6)}.sock")
+            self._server = _Server(path, self._run)
+            return path
+
+    def _run(self, method: str, args: tuple[Any, ...]) -> Any:
+        return getattr(self, method)(*args)
 
     def unload(self) -> None:
-        self.runner, self.files = None, None  # an idle worker keeps no run's model or data
+        server, self._server = self._server, None
+        if server is not None:  # (its task in progress finishes; the run's others are dropped)
+            server.close()
+        with self._lock:
+            self.runner, self.files = None, None  # an idle worker keeps no run's model or data
 
     def _begin(self) -> Took:
         assert self.runner is not None
         return time.perf_counter(), time.thread_time()
 
+    @_one_at_a_time
     def train(
         self, job: ClientJob, states: list[Any] | None, fresh: tuple[_Wire | _Shared, int] | None, *start: Any
     ) -> tuple[Result, Took]:
@@ -381,6 +415,7 @@ class _Worker:
         update, results = self.runner.train(job, _joined(start), states, _wire_fresh(fresh))
         return (*_portable(update, self.files), results), _took(began)
 
+    @_one_at_a_time
     def train_many(self, jobs: list[ClientJob], *starts: _Wire) -> tuple[list[Result], Took]:
         # (the start models come as separate arguments: Ray resolves object references only at the top level)
         began = self._begin()
@@ -388,6 +423,7 @@ class _Worker:
         updates = self.runner.train_many(jobs, [s.tensor() for s in starts])
         return [(*_portable(u, self.files), []) for u in updates], _took(began)
 
+    @_one_at_a_time
     def first_part(self, job: ClientJob, states: list[Any] | None, *start: Any) -> tuple[_MergePoint | None, Took]:
         began = self._begin()
         assert self.runner is not None
@@ -397,6 +433,7 @@ class _Worker:
             point.weights = _read_once(point.weights, self.files)  # type: ignore[assignment]
         return point, _took(began)
 
+    @_one_at_a_time
     def merge(
         self,
         job: ClientJob,
@@ -414,6 +451,7 @@ class _Worker:
         merged = self.runner.merge(job, answer)
         return merged, _took(began)
 
+    @_one_at_a_time
     def resume(self, job: ClientJob, merged: _Merged | None = None, *pieces: Any) -> tuple[Result, Took]:
         """The rest of a job parked here, after its merge (``merged``: computed elsewhere, its effects; their tensors
         stand-ins for ``pieces``, see :func:`~lit_asyncfl.executors.ray.wire._inline`)."""
@@ -430,6 +468,7 @@ class _Worker:
             merged.sent_back(update)
         return (*_portable(update, self.files), results), _took(began)
 
+    @_one_at_a_time
     def discard(self, job_id: int) -> None:
         if self.runner is not None:
             self.runner.discard(job_id)
