@@ -1275,3 +1275,53 @@ def test_a_pipe_runs_tasks_in_order_and_loses_those_of_a_worker_that_went(tmp_pa
         pipe._finished([slow, later], block=True)
     assert isinstance(later.error, pipe._Lost) and end.closed
     assert end.call("add", 7).done  # (lost at once)
+
+
+class _Unreadable:
+    """An argument that pickles but raises when unpickled (as a class the worker lacks would)."""
+
+    def __reduce__(self):
+        return (_refuse, ())
+
+
+def _refuse():
+    raise ImportError("no such module on the worker")
+
+
+def test_a_task_the_worker_cannot_read_fails_alone(tmp_path):
+    """A task whose message cannot be unpickled on the worker fails with that cause; the pipe goes on."""
+    path = str(tmp_path / "w.sock")
+    server = pipe._Server(path, lambda method, args: args[0])
+    end = pipe._Pipe(path)
+    calls = [end.call("echo", 1), end.call("echo", _Unreadable()), end.call("echo", 3)]
+    while not all(call.done for call in calls):
+        pipe._finished(calls, block=True)
+    assert calls[0].result() == 1 and calls[2].result() == 3
+    with pytest.raises(RuntimeError, match="no such module on the worker"):
+        calls[1].result()
+    end.close()
+    server.close()
+
+
+def test_tensors_cross_a_pipe_bit_for_bit_whatever_they_are():
+    """Plain tensors go as their bytes; views, quantized tensors, parameters and tensors with attributes
+    keep torch's own pickling: each comes back equal, with its kind."""
+    import pickle
+
+    tagged = torch.arange(3.0)
+    tagged.note = "kept"
+    values = {
+        "plain": torch.randn(2, 3), "bf16": torch.randn(4).bfloat16(), "view": torch.arange(10.0)[2:5],
+        "transposed": torch.randn(3, 2).t(), "param": nn.Parameter(torch.ones(2)), "tagged": tagged,
+        "quantized": torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8),
+        "empty": torch.empty(0), "scalar": torch.tensor(7),
+    }  # fmt: skip
+    back = pickle.loads(pipe._dumps(values, 0)[pipe._HEADER.size :])
+    for key, value in values.items():
+        got = back[key]
+        assert type(got) is type(value) and got.dtype == value.dtype and got.shape == value.shape, key
+        if value.is_quantized:
+            assert torch.equal(got.dequantize(), value.dequantize()) and got.q_scale() == value.q_scale()
+        else:
+            assert torch.equal(got, value), key
+    assert back["tagged"].note == "kept"

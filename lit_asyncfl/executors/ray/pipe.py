@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-_HEADER = struct.Struct("<Q")  # a message's length, before it
+_HEADER = struct.Struct("<Qq")  # before a message: its length, and its task's token (-1: a task without reply)
 
 
 class _Lost(Exception):
@@ -52,13 +52,13 @@ class _Call:
         return self.value
 
 
-def _dumps(message: Any) -> bytes:
-    """A message as sent: its length, then its pickle (:func:`_pickler`)."""
+def _dumps(message: Any, token: int) -> bytes:
+    """A message as sent: its length and its task's token, then its pickle (:func:`_pickler`)."""
     buffer = io.BytesIO()
     buffer.write(bytes(_HEADER.size))
     _pickler()(buffer, protocol=5).dump(message)
     data = buffer.getbuffer()
-    _HEADER.pack_into(data, 0, len(data) - _HEADER.size)
+    _HEADER.pack_into(data, 0, len(data) - _HEADER.size, token)
     return bytes(data)
 
 
@@ -73,7 +73,7 @@ def _pickler() -> type:
 
     class Pickler(cloudpickle.CloudPickler):
         def reducer_override(self, obj: Any) -> Any:
-            if type(obj) is torch.Tensor and _whole(obj):
+            if type(obj) is torch.Tensor and _whole(obj) and not obj.__dict__:  # (attributes: torch's pickling)
                 return _Wire.tensor, (_Wire.of(obj),)
             return super().reducer_override(obj)
 
@@ -85,6 +85,7 @@ def _whole(tensor: torch.Tensor) -> bool:
     return (
         tensor.device.type == "cpu"
         and not tensor.requires_grad
+        and not tensor.is_quantized
         and tensor.layout == torch.strided
         and tensor.is_contiguous()
         and tensor.storage_offset() == 0
@@ -98,17 +99,22 @@ class _Frames:
     def __init__(self) -> None:
         self.buffer = bytearray()
 
-    def add(self, data: bytes) -> list[Any]:
+    def add(self, data: bytes) -> list[tuple[int, Any, BaseException | None]]:
+        """The messages ``data`` completes: each one's token, and the message or the error that unpickling it
+        raised (that task alone fails)."""
         import pickle
 
         self.buffer += data
         messages, start = [], 0
         while len(self.buffer) - start >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(self.buffer, start)
+            size, token = _HEADER.unpack_from(self.buffer, start)
             if len(self.buffer) - start - _HEADER.size < size:
                 break
             begin = start + _HEADER.size
-            messages.append(pickle.loads(memoryview(self.buffer)[begin : begin + size]))
+            try:
+                messages.append((token, pickle.loads(memoryview(self.buffer)[begin : begin + size]), None))
+            except BaseException as error:  # (a class this process lacks, a __setstate__ that raises, memory)
+                messages.append((token, None, error))
             start = begin + size
         del self.buffer[:start]
         return messages
@@ -131,7 +137,11 @@ class _Pipe:
 
     def __init__(self, path: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
         self._frames = _Frames()
         self._tokens = itertools.count()
         self._calls: dict[int, _Call] = {}
@@ -144,18 +154,19 @@ class _Pipe:
         """Send a task (the worker's ``method`` with ``args``); its :class:`_Call`. A pipe whose worker went loses
         it at once."""
         call, token = _Call(self), next(self._tokens)
+        data = _dumps((method, args), token)  # (what cannot be pickled raises here, as Ray's call would)
         self._calls[token] = call
-        self._send((token, method, args))
+        self._send(data)
         return call
 
     def tell(self, method: str, *args: Any) -> None:
         """Send a task whose result nobody reads (a parked job to forget)."""
-        self._send((None, method, args))
+        self._send(_dumps((method, args), -1))
 
-    def _send(self, message: Any) -> None:
+    def _send(self, data: bytes) -> None:
         try:
             if not self.closed:
-                self.sock.sendall(_dumps(message))
+                self.sock.sendall(data)
                 return
         except OSError:  # (the worker's process ended)
             pass
@@ -173,17 +184,19 @@ class _Pipe:
             if not data:
                 self.close()
                 return
-            for token, ok, value in self._frames.add(data):
+            for token, reply, error in self._frames.add(data):
                 call = self._calls.pop(token)
                 call.done = True
-                if ok:
-                    call.value = value
+                if error is not None:
+                    call.error = RuntimeError(f"a Ray worker's result could not be read here: {error!r}")
+                elif reply[0]:
+                    call.value = reply[1]
                 else:
-                    call.error = value
+                    call.error = reply[1]
 
     def close(self) -> None:
-        """Close this end (the worker finishes the task it is computing, if any, and stops); the tasks whose results
-        did not come are lost."""
+        """Close this end (the worker stops once it has run the tasks already sent, or when it is unloaded: its task
+        in progress finishes, the others are dropped); the tasks whose results did not come are lost."""
         if not self.closed:
             self.closed = True
             with contextlib.suppress(OSError):
@@ -206,20 +219,19 @@ def _finished(calls: Iterable[_Call], block: bool) -> list[_Call]:
         select.select([pipe for pipe in pipes if not pipe.closed], [], [])
 
 
-def _portable_reply(reply: tuple[Any, bool, Any]) -> bytes:
+def _portable_reply(token: int, ok: bool, value: Any) -> bytes:
     """A task's reply as sent: an error (or result) that cannot be pickled, or unpickled, becomes a ``RuntimeError``
     naming it."""
     import pickle
 
-    token, ok, value = reply
     try:
-        data = _dumps(reply)
+        data = _dumps((ok, value), token)
         if not ok:  # (an exception whose class takes other arguments than it pickles cannot be unpickled)
             pickle.loads(memoryview(data)[_HEADER.size :])
         return data
     except Exception as error:
         what = f"{type(value).__name__}: {value}" if not ok else f"its result could not be sent back ({error!r})"
-        return _dumps((token, False, RuntimeError(f"a job on a Ray worker raised {what}")))
+        return _dumps((False, RuntimeError(f"a job on a Ray worker raised {what}")), token)
 
 
 class _Server:
@@ -254,7 +266,8 @@ class _Server:
                     self._tasks.put(message)
         except OSError:
             pass
-        self._tasks.put(None)  # (the simulation's process closed its end, or this one closed)
+        finally:
+            self._tasks.put(None)  # (the simulation's process closed its end, or this one closed)
 
     def _serve(self) -> None:
         while True:
@@ -262,13 +275,15 @@ class _Server:
             if message is None or self.closed:
                 self._replies.put(None)
                 return
-            token, method, args = message
+            token, task, unreadable = message
             try:
-                reply = (token, True, self._run(method, args))
+                if unreadable is not None:
+                    raise RuntimeError(f"a task could not be read on the Ray worker: {unreadable!r}")
+                ok, value = True, self._run(*task)
             except BaseException as error:  # (raised where the job is consumed, as Ray's actor calls do)
-                reply = (token, False, error if isinstance(error, Exception) else RuntimeError(repr(error)))
-            if token is not None:  # (pickled now, before the next task changes what it holds; sent meanwhile)
-                self._replies.put(_portable_reply(reply))
+                ok, value = False, error if isinstance(error, Exception) else RuntimeError(repr(error))
+            if token >= 0:  # (pickled now, before the next task changes what it holds; sent meanwhile)
+                self._replies.put(_portable_reply(token, ok, value))
 
     def _send(self) -> None:
         while True:

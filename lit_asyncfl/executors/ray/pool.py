@@ -179,7 +179,10 @@ class _WorkerPool:
             return
         for worker in self._workers:
             if worker not in self._pipes:
-                self._pipes[worker] = _Pipe(self._sockets[worker])
+                try:
+                    self._pipes[worker] = _Pipe(self._sockets[worker])
+                except OSError:  # (its socket gone: removed with the run's files by another program) Ray's calls
+                    del self._sockets[worker]
 
     def _wait_for_builds(
         self, builds: list[tuple[Any, Any]], died_is_replaced: bool, what: str = "a Ray worker"
@@ -228,7 +231,7 @@ class _WorkerPool:
         """The run's workers wait for the next run (``reuse_workers``) or end; the run's directory in shared memory
         is removed."""
         self._building, self._reading, self._sockets = [], set(), {}
-        for pipe in self._pipes.values():  # (a worker finishes the task it computes, if any, and drops the others)
+        for pipe in self._pipes.values():  # (at its unload a worker finishes its task in progress, drops the others)
             pipe.close()
         self._pipes = {}
         if self._files is not None:  # (a task still on a worker finds it gone: its result is dropped anyway)
