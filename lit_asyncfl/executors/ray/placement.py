@@ -553,19 +553,18 @@ class _Placement:
 def _outcome(ray: Any, ref: Any) -> tuple[Any, Took, BaseException | None, BaseException | None]:
     """A finished task's result and its wall and CPU seconds, or what the job raised, or the worker's loss (its
     process or node ended)."""
-    if isinstance(ref, _Call):
-        if isinstance(ref.error, _Lost):
-            return None, (0.0, 0.0), None, ref.error
-        if ref.error is not None:
-            return None, (0.0, 0.0), ref.error, None
-        value, took = ref.value
-        return value, took, None, None
     try:
-        value, took = ray.get(ref)
+        value, took = ref.result() if isinstance(ref, _Call) else ray.get(ref)
+    except _Lost as error:
+        return None, (0.0, 0.0), None, error
     except ray.exceptions.RayTaskError as error:
         return None, (0.0, 0.0), error.cause if isinstance(getattr(error, "cause", None), Exception) else error, None
     except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
         return None, (0.0, 0.0), None, error
+    except Exception as error:  # (what a job raised through a worker's socket: the job's own error)
+        if not isinstance(ref, _Call):
+            raise
+        return None, (0.0, 0.0), error, None
     return value, took, None, None
 
 
