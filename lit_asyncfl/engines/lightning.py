@@ -173,7 +173,10 @@ class LightningEngine(LocalEngine):
 
     def _trainer(self, epochs: int, hooks: Any, max_steps: int | None = None) -> L.Trainer:
         accelerator = "gpu" if self.device.type == "cuda" else "cpu"
-        strategy = _job_classes(self.package)[1](device=self.device)
+        device = self.device
+        if device.type == "cuda" and device.index is None:  # (Lightning's CUDA accelerator needs the index)
+            device = torch.device("cuda", torch.cuda.current_device())
+        strategy = _job_classes(self.package)[1](device=device)
         steps = -1 if max_steps is None else max_steps  # a job's own number of steps (FedCompass)
         with self._cached_entry_points():
             return self.package.Trainer(
