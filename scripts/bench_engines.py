@@ -52,6 +52,13 @@ runs):
 
     python scripts/bench_engines.py --whole-runs --configs fedasync50 fedasync10 --partitions dirichlet --split
 
+``--device cuda`` trains on a GPU instead: the engines keep the clients' data and weights there, the raw loop too (its
+batch order still drawn on the CPU, as the engines draw it), and every timing ends with the device's work
+(``torch.cuda.synchronize``); the whole runs' compute floor (a CPU's GEMM rate) is not measured there (``nan``):
+
+    python scripts/bench_engines.py --device cuda
+    python scripts/bench_engines.py --whole-runs --device cuda --partitions dirichlet
+
 ``--step`` times one batched step of the cohort engine at 5, 10, 20 and 50 jobs (10 samples each, whole and padded
 batches), interleaved, medians of process time (CPU time: robust to a shared machine's other processes, as the step runs
 on one thread), four ways: the step before the channels-last kernels (gradient inside ``vmap``), the engine's step
@@ -107,10 +114,23 @@ class RunTimer(Callback):
     output files (plots) written after it."""
 
     def on_fit_start(self, trainer: FederatedTrainer) -> None:
+        _synchronize()
         self.start = time.perf_counter()
 
     def on_fit_end(self, trainer: FederatedTrainer) -> None:
+        _synchronize()
         self.seconds = time.perf_counter() - self.start
+
+
+def _device_name(device: str) -> str:
+    """The device's name as printed: ``cpu`` or the GPU's name."""
+    return torch.cuda.get_device_name() if device == "cuda" else "cpu"
+
+
+def _synchronize() -> None:
+    """Wait for the GPU's queued work (timings on CUDA end when the device's work does; nothing on a CPU run)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 class JobRecorder(Callback):
@@ -165,6 +185,7 @@ class FreeEngine(Callback):
         engine = sim.executor.trainer
         start = engine.flat.read()
         delta = torch.randn(start.shape, generator=torch.Generator().manual_seed(0), dtype=start.dtype) * 1e-4
+        delta = delta.to(start.device)
 
         def free_train(job: ClientJob, start_weights: Tensor, fresh: Any = None) -> ClientUpdate:
             per_epoch = steps_per_epoch(engine.shards.num_samples(job.client), engine.batch_size)
@@ -240,6 +261,7 @@ def whole_run(
     updates: int,
     recorder: JobRecorder | None = None,
     free: FreeEngine | CohortSplit | None = None,
+    accelerator: str = "cpu",
 ) -> tuple[float, int, list[int], FederatedTrainer]:
     """One run: (wall seconds of the run, updates received, cohort sizes, the trainer). With ``free`` a
     :class:`FreeEngine`, the ``fast`` engine's training is replaced by free updates; a :class:`CohortSplit` times the
@@ -256,6 +278,7 @@ def whole_run(
         monitor="val_acc",
         seed=0,
         engine=engine,
+        accelerator=accelerator,
         logger=False,
         enable_progress_bar=False,
         print_summary=False,
@@ -280,9 +303,9 @@ def raw_whole(
     a function timing one pass (seconds), and the raw update of one job ``(client, seed, steps)``."""
     assert trainer.simulator is not None
     engine = trainer.simulator.executor.trainer
-    shards, onednn = engine.shards, engine.onednn
+    shards, onednn = engine.shards, engine.onednn  # (the shards on the run's device)
     torch.manual_seed(0)
-    model = LeNet5(lr=0.05)
+    model = LeNet5(lr=0.05).to(engine.device)
     params = list(model.parameters())
     start = [p.detach().clone() for p in params]
     sliced = [(shards.inputs[i], shards.targets[i]) for i in shards.indices]
@@ -312,9 +335,11 @@ def raw_whole(
         torch.set_num_threads(1)
         try:
             with OneDNN(onednn):
+                _synchronize()
                 t0 = time.perf_counter()
                 for client, seed, steps in jobs:
                     update(client, seed, steps)
+                _synchronize()
                 return time.perf_counter() - t0
         finally:
             torch.set_num_threads(threads)
@@ -370,7 +395,8 @@ def flops_per_update(update: Callable[[int, int, int], Tensor], jobs: list[tuple
 
 def whole_runs(args: argparse.Namespace) -> None:
     print(
-        f"whole runs: 100 clients, LeNet-5, batch 10, E=1, 1 thread, ~{args.updates} updates per run, "
+        f"whole runs on {_device_name(args.device)}: 100 clients, LeNet-5, batch 10, E=1, 1 thread, ~{args.updates} "
+        "updates per run, "
         f"{args.repeats} interleaved repeats (fast, cohort, free engine, raw loop); updates per wall second (median)"
     )
     header = f"{'run':<12}{'partition':<11}{'fast upd/s':>11}{'cohort upd/s':>13}{'free upd/s':>11}{'raw upd/s':>10}"
@@ -384,22 +410,28 @@ def whole_runs(args: argparse.Namespace) -> None:
             sizes: list[int] = []
             shares: list[dict[str, float]] = []
             recorder = JobRecorder()
-            *_, fast_trainer = whole_run(config, partition, "fast", args.updates, recorder)  # warm-up, job record
-            whole_run(config, partition, "cohort", 50)  # warm-up (first calls of vmap)
+            *_, fast_trainer = whole_run(config, partition, "fast", args.updates, recorder, accelerator=args.device)
+            whole_run(config, partition, "cohort", 50, accelerator=args.device)  # warm-up (first calls of vmap)
             raw, update = raw_whole(fast_trainer, recorder.jobs)
             for _ in range(args.repeats):
                 for engine in ("fast", "cohort"):
-                    seconds, received, cohorts, _ = whole_run(config, partition, engine, args.updates)
+                    seconds, received, cohorts, _ = whole_run(
+                        config, partition, engine, args.updates, accelerator=args.device
+                    )
                     rates[engine].append(received / seconds)
                     sizes += cohorts
                 free = FreeEngine()
-                seconds, received, *_ = whole_run(config, partition, "fast", args.updates, free=free)
+                seconds, received, *_ = whole_run(
+                    config, partition, "fast", args.updates, free=free, accelerator=args.device
+                )
                 rates["free"].append(received / seconds)
                 shares.append(free.split(seconds) | {"ms": seconds / received * 1e3})
                 rates["raw"].append(len(recorder.jobs) / raw())
                 if args.split:
                     split = CohortSplit()
-                    seconds, received, *_ = whole_run(config, partition, "cohort", args.updates, free=split)
+                    seconds, received, *_ = whole_run(
+                        config, partition, "cohort", args.updates, free=split, accelerator=args.device
+                    )
                     cohort_splits.setdefault((partition, config), []).append(split.split(seconds, received))
             fast, cohort, freem, rawm = (statistics.median(rates[k]) for k in ("fast", "cohort", "free", "raw"))
             pairs = [c / r for c, r in zip(rates["cohort"], rates["raw"])]
@@ -407,13 +439,14 @@ def whole_runs(args: argparse.Namespace) -> None:
             vs_raw[partition, config] = cohort / rawm
             floor[partition, config] = freem / rawm
             splits[partition, config] = {k: statistics.median(s[k] for s in shares) for k in shares[0]}
-            # The compute floor: this run's FLOPs per update at the GEMM throughput of its mean cohort size.
+            # The compute floor: this run's FLOPs per update at the GEMM throughput of its mean cohort size (on the
+            # CPU: the GEMM rate measured is a CPU's; on a GPU the floor is not measured, nan).
             threads = torch.get_num_threads()
             torch.set_num_threads(1)
             try:
                 flops = flops_per_update(update, recorder.jobs[:50])
                 k = max(1, round(np.mean(sizes)))
-                rate_at.setdefault(k, gemm_throughput(k))
+                rate_at.setdefault(k, gemm_throughput(k) if args.device == "cpu" else float("nan"))
             finally:
                 torch.set_num_threads(threads)
             floor_ms = flops / rate_at[k] / 1e6
@@ -579,7 +612,15 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="add the torch.compile'd cohort (compiles first)")
     parser.add_argument("--split", action="store_true", help="whole runs: also time where a cohort run's time goes")
     parser.add_argument("--step", action="store_true", help="time one batched cohort step three ways (see its doc)")
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cpu", help="where the engines and the raw loop train (cuda: "
+        "data and weights on the GPU, the raw loop too; the whole runs' compute floor is measured on the CPU only)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available here; use --device cpu")
+    if args.device == "cuda" and (args.step or args.compile):
+        parser.error("--step and --compile time the CPU's kernels: use them with --device cpu")
     if args.step:
         args.repeats = args.repeats or 9
         return batched_steps(args)
@@ -592,10 +633,13 @@ def main() -> None:
 
     dm = DigitsDataModule(partition="iid", batch_size=args.batch_size)
     dm.setup("fit")
-    shards = dm.client_shards(args.clients, seed=0)
+    device = torch.device(args.device)
+    shards = dm.client_shards(args.clients, seed=0).to(device)
     model = LeNet5(lr=0.05)
     onednn = {"auto": None, "on": True, "off": False}[args.onednn]
-    executors = {name: build_executor(name, model, shards, args.batch_size, onednn=onednn) for name in ENGINES}
+    executors = {
+        name: build_executor(name, model, shards, args.batch_size, device=device, onednn=onednn) for name in ENGINES
+    }
     executors["cohort"].max_cohort = args.cohort
     engines = list(ENGINES)
     if args.compile:
@@ -603,7 +647,7 @@ def main() -> None:
         executors["cohort, compiled"].max_cohort = args.cohort
         engines.append("cohort, compiled")
     kernels = executors["fast"].trainer.onednn  # the (automatic) choice, the same for every engine
-    raw_model = LeNet5(lr=0.05)
+    raw_model = LeNet5(lr=0.05).to(device)
     sliced = [(shards.inputs[i], shards.targets[i]) for i in shards.indices]  # pre-sliced per client
     start = executors["fast"].trainer.flat.read()
     start_views = executors["fast"].trainer.flat.param_views(start)
@@ -615,10 +659,12 @@ def main() -> None:
     def run_raw(onednn_flag: bool | None):
         def run():
             with OneDNN(onednn_flag):
-                return [
+                out = [
                     raw_update(raw_model, *sliced[j.client], start_views, j.seed, args.epochs, args.batch_size, 0.05)
                     for j in jobs
                 ]
+                _synchronize()
+                return out
 
         return run
 
@@ -628,7 +674,9 @@ def main() -> None:
         def run():
             for j in jobs:  # all in flight at once; the cohort engine computes them max_cohort at a time
                 executor.submit(j, start)
-            return [executor.result(j.job_id).weights for j in jobs]
+            out = [executor.result(j.job_id).weights for j in jobs]
+            _synchronize()
+            return out
 
         return run
 
@@ -646,7 +694,8 @@ def main() -> None:
     samples = np.mean([len(i) for i in shards.indices])
     kernel_text = {None: "oneDNN unchanged (on)", True: "oneDNN on", False: "oneDNN off"}[kernels]
     print(
-        f"{len(jobs)} updates x {args.repeats} repeats, {samples:.1f} samples/client, E={args.epochs}, "
+        f"{_device_name(args.device)}: {len(jobs)} updates x {args.repeats} repeats, {samples:.1f} samples/client, "
+        f"E={args.epochs}, "
         f"batch {args.batch_size}, {args.threads} thread(s), {kernel_text} ({args.onednn})"
     )
     print(f"{'engine':<26}{'median ms/update':>18}{'ratio vs raw':>14}{'max |w - w_raw|':>18}")
