@@ -291,6 +291,8 @@ def whole_run(
     torch.manual_seed(0)
     model = LeNet5(lr=0.05)
     trainer.fit(model, datamodule=data)
+    if (trainer.stop_reason or "").startswith("interrupted"):  # (a signal stopped the run early: not a figure)
+        raise SystemExit(f"{config}: the run was {trainer.stop_reason}; no figures from a cut run")
     assert trainer.simulator is not None
     sizes = list(getattr(trainer.simulator.executor, "cohort_sizes", []))
     return timer.seconds, trainer.summary["updates_received"], sizes, trainer

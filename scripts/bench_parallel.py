@@ -362,6 +362,8 @@ def fit(name: str, versions: int, executor: Any) -> tuple[float, int, torch.Tens
         start = time.perf_counter()
         trainer.fit(model, spec["data"]())
         end = time.perf_counter()
+    if (trainer.stop_reason or "").startswith("interrupted"):  # (a signal stopped the run early: not a figure)
+        raise SystemExit(f"{name}: the run was {trainer.stop_reason}; no figures from a cut run")
     weights = torch.cat([p.detach().flatten() for p in model.state_dict().values() if p.is_floating_point()])
     stats = dict(trainer.summary.get("executor", {}))
     # (the trainers' intra-op threads: the CPU time per step counts only the thread running a task)
