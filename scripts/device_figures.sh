@@ -5,9 +5,11 @@
 # its own time limit (a step that fails or runs out does not stop the others) and writes its whole log to $OUT; the
 # reply shows each log's end. About 8 minutes.
 #
-# Packages the machine's image lacks travel in .whl (ignored by git; see docs/ray.md, "Figures from a lent GPU"):
-#   jsonschema and its needs as wheels, and Ray unpacked without its Java jars (ray-site.tar.xz; the wheel is over
-#   the transfer limit).
+# Packages the machine's image lacks travel in .whl (listed in .git/info/exclude, carried with the call): jsonschema
+# and its needs as cp312 wheels (`pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
+# manylinux2014_x86_64 -d .whl jsonschema jsonschema-specifications referencing rpds-py`), and Ray's cp312 wheel
+# unpacked without its Java jars and source maps, as .whl/ray-site.tar.xz (31 MB; the wheel, 79 MB, is over the
+# transfer limit). Figures of 28 November: docs/speed.md ("On a GPU") and docs/ray.md ("A 16-core machine").
 #
 #   bash scripts/device_figures.sh            # OUT=<folder> for the logs (default /tmp/device_figures)
 #   STEPS="engines_cuda ray_cpu8" bash scripts/device_figures.sh     # only these steps
