@@ -52,9 +52,10 @@ runs):
 
     python scripts/bench_engines.py --whole-runs --configs fedasync50 fedasync10 --partitions dirichlet --split
 
-``--device cuda`` trains on a GPU instead: the engines keep the clients' data and weights there, the raw loop too (its
-batch order still drawn on the CPU, as the engines draw it), and every timing ends with the device's work
-(``torch.cuda.synchronize``); the whole runs' compute floor (a CPU's GEMM rate) is not measured there (``nan``):
+``--device cuda`` trains on a GPU instead: the engines keep the clients' data and weights there, the raw loop too
+(its batch order drawn on the CPU and moved to the GPU once per epoch, as the engines do), and every timing ends with
+the device's work (``torch.cuda.synchronize``); the whole runs' compute floor (a CPU's GEMM rate) is not measured there
+(``nan``), and ``--split``, ``--step`` and ``--compile`` are refused:
 
     python scripts/bench_engines.py --device cuda
     python scripts/bench_engines.py --whole-runs --device cuda --partitions dirichlet
@@ -320,7 +321,7 @@ def raw_whole(
         optimizer = torch.optim.SGD(params, lr=0.05)
         done = 0
         while done < steps:
-            order = torch.randperm(len(y), generator=generator)
+            order = torch.randperm(len(y), generator=generator).to(y.device)  # (once per epoch, as the engines)
             for s in range(0, len(y), 10):
                 if done == steps:
                     break
@@ -459,7 +460,10 @@ def whole_runs(args: argparse.Namespace) -> None:
                 f"{cohort / fast:>11.2f}x{cohort / rawm:>10.2f}x{f'{min(pairs):.2f}-{max(pairs):.2f}':>11}"
                 f"{freem / rawm:>6.1f}x{np.mean(sizes):>12.1f}"
             )
-    print("simulator floor: the free engine's ms per update and the shares of its run (median over repeats)")
+    print(
+        "simulator floor: the free engine's ms per update and the shares of its run (median over repeats"
+        + ("; on CUDA the shares' timers do not wait for the GPU: indicative only)" if args.device == "cuda" else ")")
+    )
     print(f"{'run':<12}{'partition':<11}{'ms/update':>10}{'simulator':>10}{'server':>8}{'evaluation':>11}{'engine':>8}")
     for (partition, config), split in splits.items():
         print(
@@ -621,8 +625,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available here; use --device cpu")
-    if args.device == "cuda" and (args.step or args.compile):
-        parser.error("--step and --compile time the CPU's kernels: use them with --device cpu")
+    if args.device == "cuda" and (args.step or args.compile or args.split):
+        parser.error("--step, --compile and --split time the CPU's work part by part: use them with --device cpu")
     if args.step:
         args.repeats = args.repeats or 9
         return batched_steps(args)

@@ -33,7 +33,7 @@ def raw_update(model, x, y, start_views, seed, epochs, batch_size, lr):
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     for _ in range(epochs):
-        order = torch.randperm(len(y), generator=generator)
+        order = torch.randperm(len(y), generator=generator).to(y.device)  # (once per epoch, as the engines)
         for s in range(0, len(y), batch_size):
             idx = order[s : s + batch_size]
             loss = F.cross_entropy(model(x[idx]), y[idx])

@@ -17,6 +17,16 @@ from lit_asyncfl.models import LeNet5
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+@pytest.fixture(autouse=True)
+def deterministic_cudnn():
+    """cuDNN's deterministic kernels, no autotuning: bit-for-bit checks on the GPU hold on any card, not only where
+    the default kernels happen to be deterministic (restored afterwards)."""
+    saved = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    yield
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved
+
+
 @pytest.fixture(scope="module")
 def shards() -> ClientShards:
     """Dirichlet shards: unequal sizes, so unequal numbers of steps and smaller last batches in a cohort."""
@@ -26,6 +36,7 @@ def shards() -> ClientShards:
 
 
 def jobs(n: int, epochs: int = 1) -> list[ClientJob]:
+    """Jobs of clients ``0..n-1``, each with a seed of its own, all from version 0."""
     return [ClientJob(c, c, 0, 0.0, JobTiming(0, 0, 0), 1000 + c, epochs) for c in range(n)]
 
 
@@ -37,6 +48,7 @@ def updates(executor, start: torch.Tensor, todo: list[ClientJob]) -> list[torch.
 
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``|a - b| / |b|`` in float64."""
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
@@ -59,8 +71,8 @@ def test_the_fast_engine_on_cuda_trains_the_cpus_jobs(shards):
 
 
 def test_the_lightning_engine_on_cuda_trains_the_fast_engines_jobs(shards):
-    """A ``lightning.Trainer`` per job on the GPU (``accelerator="cuda"`` without a device index): the ``fast``
-    engine's updates on the same GPU, bit for bit, as on the CPU."""
+    """A ``lightning.Trainer`` per job on the GPU (the device ``"cuda"``, without an index, as ``accelerator="cuda"``
+    gives it): the ``fast`` engine's updates on the same GPU, bit for bit, as on the CPU."""
     torch.manual_seed(0)
     model = LeNet5(lr=0.05)
     fast = build_executor("fast", model, shards, 10, device="cuda")
@@ -86,6 +98,7 @@ def test_the_cohort_engine_on_cuda_equals_fast_on_cuda_in_float64(shards):
         alone = fast.train(job, start)
         assert update.num_steps == alone.num_steps
         assert relative(update.weights, alone.weights) < 1e-12
+        assert relative(update.weights, start) > 1e-2  # (the job did train)
 
 
 @pytest.mark.parametrize("engine", ["fast", "cohort"])
@@ -101,6 +114,8 @@ def test_a_run_on_cuda_repeats_itself_and_follows_the_cpus(tmp_path, engine):
         model = LeNet5(lr=0.05)
         trainer.fit(model, DigitsDataModule(partition="dirichlet", alpha=0.5))
         assert trainer.summary["updates_received"] >= 24
+        assert trainer.simulator is not None
+        assert trainer.simulator.server.weights.device.type == accelerator  # (the run did use the device asked)
         return torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
 
     first, second, cpu = final("cuda", "a"), final("cuda", "b"), final("cpu", "c")
@@ -110,12 +125,13 @@ def test_a_run_on_cuda_repeats_itself_and_follows_the_cpus(tmp_path, engine):
 
 def test_ray_gpu_workers_give_the_sequential_gpu_runs_weights(tmp_path):
     """FedAsync on two Ray workers sharing the GPU: the same jobs as the sequential executor on the same GPU, so the
-    same weights bit for bit (cuDNN's deterministic kernels, which the workers take over from this process)."""
+    same weights bit for bit (cuDNN's deterministic kernels, which the workers take over from this process: the
+    module's fixture)."""
     ray = pytest.importorskip("ray")
     from lit_asyncfl.executors import RayExecutor
 
-    deterministic = torch.backends.cudnn.deterministic
-    torch.backends.cudnn.deterministic = True
+    if ray.is_initialized():  # (another test's Ray)
+        ray.shutdown()
     ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
     try:
 
@@ -127,6 +143,10 @@ def test_ray_gpu_workers_give_the_sequential_gpu_runs_weights(tmp_path):
             )  # fmt: skip
             model = LeNet5(lr=0.05)
             trainer.fit(model, DigitsDataModule(partition="dirichlet", alpha=0.5))
+            if executor is not None:  # every job trained on the GPU workers
+                assert executor._worker_device == "cuda"
+                stats = trainer.summary["executor"]
+                assert stats["jobs_local"] == 0 and stats["jobs_remote"] >= trainer.summary["updates_received"] > 0
             return torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
 
         sequential = final(None, "sequential")
@@ -137,4 +157,3 @@ def test_ray_gpu_workers_give_the_sequential_gpu_runs_weights(tmp_path):
 
         release_workers()
         ray.shutdown()
-        torch.backends.cudnn.deterministic = deterministic
