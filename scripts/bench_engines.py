@@ -73,6 +73,7 @@ step_speedup_50=X`` (whole batches: the first's time divided by the engine's) an
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import tempfile
 import time
@@ -291,6 +292,7 @@ def whole_run(
     data = DigitsDataModule(partition=partition, batch_size=10, **alpha)
     torch.manual_seed(0)
     model = LeNet5(lr=0.05)
+    gc.collect()  # (the earlier runs' garbage: a full collection costs ~0.3 s here, more than a short run's engine)
     trainer.fit(model, datamodule=data)
     if (trainer.stop_reason or "").startswith("interrupted"):  # (a signal stopped the run early: not a figure)
         raise SystemExit(f"{config}: the run was {trainer.stop_reason}; no figures from a cut run")
