@@ -18,6 +18,7 @@ import functools
 import io
 import itertools
 import os
+import pickle
 import queue
 import select
 import socket
@@ -102,8 +103,6 @@ class _Frames:
     def add(self, data: bytes) -> list[tuple[int, Any, BaseException | None]]:
         """The messages ``data`` completes: each one's token, and the message or the error that unpickling it
         raised (that task alone fails)."""
-        import pickle
-
         self.buffer += data
         messages, start = [], 0
         while len(self.buffer) - start >= _HEADER.size:
@@ -222,8 +221,6 @@ def _finished(calls: Iterable[_Call], block: bool) -> list[_Call]:
 def _portable_reply(token: int, ok: bool, value: Any) -> bytes:
     """A task's reply as sent: an error (or result) that cannot be pickled, or unpickled, becomes a ``RuntimeError``
     naming it."""
-    import pickle
-
     try:
         data = _dumps((ok, value), token)
         if not ok:  # (an exception whose class takes other arguments than it pickles cannot be unpickled)

@@ -223,8 +223,7 @@ class _WorkerPool:
         if pipe is not None:
             pipe.close()
         self._workers[index] = self._new_worker()
-        if pipe is not None:  # (the others' tasks go through their sockets: the new one's too, where it has one)
-            self._connect()
+        self._connect()  # (where the others' tasks go through their sockets, the new one's too)
         self.stats["worker_restarts"] += 1
 
     def _stop_workers(self) -> None:
